@@ -1,0 +1,107 @@
+"""The `walfeed` console script: parses the command line, builds settings, hands off to one process's entrypoint.
+
+Subcommand modules are imported lazily so `walfeed relay` never imports FastAPI and `walfeed api` never imports
+psycopg2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from services.core import logs
+from services.core.settings import Settings, SettingsError
+
+log = logging.getLogger("walfeed")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="walfeed", description="walfeed: news feed on an outbox + CDC pipeline")
+    parser.add_argument("--database-url", help="overrides WALFEED_DATABASE_URL")
+    parser.add_argument("--amqp-url", help="overrides WALFEED_AMQP_URL")
+    parser.add_argument("--amqp-prefix", help="overrides WALFEED_AMQP_PREFIX")
+    parser.add_argument("--slot", help="overrides WALFEED_SLOT")
+    parser.add_argument("--celebrity-threshold", help="overrides WALFEED_CELEBRITY_THRESHOLD")
+    parser.add_argument("--log-level", default=os.environ.get("WALFEED_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    api = sub.add_parser("api", help="serve the HTTP API")
+    api.add_argument("--host", default=os.environ.get("WALFEED_API_HOST", "127.0.0.1"))
+    api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
+
+    relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
+    relay.add_argument("--source", choices=["cdc"], default="cdc", help="where events come from")
+
+    sub.add_parser("worker", help="the fan-out consumer")
+    sub.add_parser("migrate", help="apply db/init/*.sql and create the replication slot; safe to run twice")
+
+    up = sub.add_parser("up", help="local development: infrastructure checks, schema, api + relay + worker")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--workers", type=int, default=1, help="worker processes to start")
+
+    status = sub.add_parser("status", help="slot lag, queue depths, dead letters")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+_OVERRIDES = {
+    "database_url": "WALFEED_DATABASE_URL",
+    "amqp_url": "WALFEED_AMQP_URL",
+    "amqp_prefix": "WALFEED_AMQP_PREFIX",
+    "slot": "WALFEED_SLOT",
+    "celebrity_threshold": "WALFEED_CELEBRITY_THRESHOLD",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # Flags override the environment; child processes (walfeed up) inherit the result.
+    for attr, var in _OVERRIDES.items():
+        value = getattr(args, attr)
+        if value is not None:
+            os.environ[var] = str(value)
+    logs.configure(args.command, args.log_level.upper())
+    try:
+        settings = Settings.from_env()
+        return _dispatch(args, settings)
+    except SettingsError as exc:
+        print(f"walfeed {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "api":
+        from services.api import main as api_main
+
+        return api_main.run(settings, host=args.host, port=args.port)
+    if args.command == "relay":
+        from services.cdc_relay import main as relay_main
+
+        return relay_main.run(settings, source=args.source)
+    if args.command == "worker":
+        from services.worker import main as worker_main
+
+        return worker_main.run(settings)
+    if args.command == "migrate":
+        from services.cli import migrate
+
+        return migrate.run(settings)
+    if args.command == "up":
+        from services.cli import up
+
+        return up.run(settings, host=args.host, port=args.port, workers=args.workers)
+    if args.command == "status":
+        from services.cli import status
+
+        return status.run(settings, as_json=args.json)
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

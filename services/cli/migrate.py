@@ -1,0 +1,24 @@
+"""`walfeed migrate`."""
+
+from __future__ import annotations
+
+import sys
+
+import psycopg
+
+from services.core.migrate import MigrationError, apply_schema, ensure_database, ensure_slot
+from services.core.settings import Settings
+
+
+def run(settings: Settings) -> int:
+    try:
+        if ensure_database(settings.database_url):
+            print("created database")
+        applied = apply_schema(settings.database_url)
+        print(f"schema: applied {', '.join(applied)}" if applied else "schema: up to date")
+        created = ensure_slot(settings.database_url, settings.slot)
+        print(f"slot {settings.slot}: {'created' if created else 'exists'}")
+    except (MigrationError, psycopg.OperationalError) as exc:
+        print(f"walfeed migrate: {exc}".rstrip(), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,61 @@
+"""Broker connection helpers shared by the relay and the worker (pika, blocking adapter)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pika
+import pika.exceptions
+
+from services.core import backoff
+from services.core.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+def parameters(url: str, *, heartbeat: int = 30, name: str = "walfeed") -> pika.URLParameters:
+    params = pika.URLParameters(url)
+    params.heartbeat = heartbeat
+    params.blocked_connection_timeout = None  # callers handle blocking explicitly
+    params.client_properties = {"connection_name": name}
+    params.connection_attempts = 1
+    params.socket_timeout = 10
+    return params
+
+
+def connect_with_retry(
+    url: str,
+    *,
+    name: str,
+    heartbeat: int = 30,
+    base: float = 0.5,
+    cap: float = 15.0,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> pika.BlockingConnection | None:
+    """Connect, retrying with capped backoff while the broker is down (a booting broker is normal).
+
+    Returns None only when `should_stop()` becomes true while waiting.
+    """
+    attempt = 0
+    while not should_stop():
+        attempt += 1
+        try:
+            return pika.BlockingConnection(parameters(url, heartbeat=heartbeat, name=name))
+        except pika.exceptions.AMQPError as exc:
+            wait = backoff.delay(attempt, base, cap)
+            log.warning("broker unreachable, retrying", extra={"attempt": attempt, "error": repr(exc),
+                                                                "retry_in": round(wait, 2)})
+            _sleep_unless(wait, should_stop)
+    return None
+
+
+def _sleep_unless(seconds: float, should_stop: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while not should_stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def declare_events_exchange(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
+    channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)

@@ -1,0 +1,28 @@
+"""Database access for ordinary work: psycopg 3 connections and pools."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+log = logging.getLogger(__name__)
+
+
+def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[dict[str, object]]:
+    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row)
+
+
+def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "walfeed") -> ConnectionPool:
+    """A pool that checks connections on checkout, so a database restart costs one failed query, not a dead pool."""
+    return ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        open=False,
+        kwargs={"row_factory": dict_row},
+        check=ConnectionPool.check_connection,
+    )

@@ -1,0 +1,102 @@
+"""The event envelope (SPEC.md sections 4 and 5) and its JSON codec. Pure: no I/O."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import orjson
+
+POST_CREATED: Final = "post.created"
+POST_DELETED: Final = "post.deleted"
+FOLLOW_CREATED: Final = "follow.created"
+FOLLOW_DELETED: Final = "follow.deleted"
+
+# type -> (aggregate type, payload keys; every payload value is an integer id)
+EVENT_TYPES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    POST_CREATED: ("post", ("post_id", "author_id")),
+    POST_DELETED: ("post", ("post_id", "author_id")),
+    FOLLOW_CREATED: ("follow", ("follower_id", "followee_id")),
+    FOLLOW_DELETED: ("follow", ("follower_id", "followee_id")),
+}
+
+CONTENT_TYPE: Final = "application/json"
+
+
+class MalformedEvent(ValueError):
+    """A message body that is not a valid walfeed event. It can never succeed: dead-letter it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: uuid.UUID
+    type: str
+    aggregate_type: str
+    aggregate_id: str
+    occurred_at: datetime
+    payload: dict[str, int] = field(hash=False)
+
+    @classmethod
+    def new(cls, type: str, aggregate_id: int | str, payload: dict[str, int]) -> Event:
+        """A fresh event, as the API writes it to the outbox."""
+        aggregate_type, keys = _schema(type)
+        validate_payload(type, payload)
+        return cls(uuid.uuid4(), type, aggregate_type, str(aggregate_id), datetime.now(UTC), dict(payload))
+
+
+def _schema(type: str) -> tuple[str, tuple[str, ...]]:
+    try:
+        return EVENT_TYPES[type]
+    except KeyError:
+        raise MalformedEvent(f"unknown event type {type!r}") from None
+
+
+def validate_payload(type: str, payload: Any) -> dict[str, int]:
+    _, keys = _schema(type)
+    if not isinstance(payload, dict):
+        raise MalformedEvent(f"{type} payload must be an object")
+    for key in keys:
+        value = payload.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise MalformedEvent(f"{type} payload needs an integer {key!r}")
+    return {key: payload[key] for key in keys}
+
+
+def encode(event: Event) -> bytes:
+    """The AMQP message body of SPEC.md section 5."""
+    return orjson.dumps(
+        {
+            "id": str(event.id),
+            "type": event.type,
+            "aggregate_type": event.aggregate_type,
+            "aggregate_id": event.aggregate_id,
+            "occurred_at": event.occurred_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "payload": event.payload,
+        }
+    )
+
+
+def decode(body: bytes) -> Event:
+    """Parse and validate a message body; raises MalformedEvent with the reason."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedEvent(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MalformedEvent("body must be a JSON object")
+    try:
+        event_id = uuid.UUID(str(data["id"]))
+        type = str(data["type"])
+        occurred_at = datetime.fromisoformat(str(data["occurred_at"]))
+        aggregate_id = str(data["aggregate_id"])
+    except KeyError as exc:
+        raise MalformedEvent(f"missing field {exc.args[0]!r}") from None
+    except ValueError as exc:
+        raise MalformedEvent(f"invalid field: {exc}") from None
+    aggregate_type, _ = _schema(type)
+    payload = validate_payload(type, data.get("payload"))
+    if occurred_at.tzinfo is None:
+        raise MalformedEvent("occurred_at must carry a time zone")
+    return Event(event_id, type, aggregate_type, aggregate_id, occurred_at, payload)

@@ -1,0 +1,87 @@
+"""Typed settings, read from the environment once at process start.
+
+Every process builds one settings object in its entrypoint; a missing or invalid value raises
+`SettingsError` naming the variable, and the CLI turns that into a one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid. The message names the environment variable."""
+
+
+class Env:
+    """Reads typed values from an environment mapping; every error names the variable."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    def str(self, name: str, default: str, pattern: re.Pattern[str] | None = None) -> str:
+        value = self._environ.get(name, default).strip()
+        if not value:
+            raise SettingsError(f"{name} is empty; set it or unset it to use the default {default!r}")
+        if pattern is not None and not pattern.match(value):
+            raise SettingsError(f"{name}={value!r} is invalid: it must match {pattern.pattern}")
+        return value
+
+    def int(self, name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+        return self._number(name, default, int, minimum, maximum)
+
+    def float(self, name: str, default: float, minimum: float = 0.0, maximum: float | None = None) -> float:
+        return self._number(name, default, float, minimum, maximum)
+
+    def _number(self, name: str, default: T, kind: type[T], minimum: T, maximum: T | None) -> T:
+        raw = self._environ.get(name)
+        if raw is None or raw.strip() == "":
+            return default
+        try:
+            value = kind(raw.strip())
+        except ValueError:
+            raise SettingsError(f"{name}={raw!r} is invalid: expected a {kind.__name__}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise SettingsError(f"{name}={raw!r} is out of range: it must be {bounds}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The settings every walfeed process shares (SPEC.md section 1)."""
+
+    database_url: str
+    amqp_url: str
+    amqp_prefix: str
+    slot: str
+    celebrity_threshold: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = Env(environ)
+        database_url = env.str("WALFEED_DATABASE_URL", "postgresql:///walfeed")
+        if not database_url.startswith(("postgresql://", "postgres://")) and "=" not in database_url:
+            raise SettingsError(
+                f"WALFEED_DATABASE_URL={database_url!r} is invalid: expected a libpq URL "
+                "(postgresql://...) or key=value connection string"
+            )
+        amqp_url = env.str("WALFEED_AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
+        if not amqp_url.startswith(("amqp://", "amqps://")):
+            raise SettingsError(f"WALFEED_AMQP_URL={amqp_url!r} is invalid: expected amqp:// or amqps://")
+        return cls(
+            database_url=database_url,
+            amqp_url=amqp_url,
+            amqp_prefix=env.str("WALFEED_AMQP_PREFIX", "walfeed", _NAME),
+            slot=env.str("WALFEED_SLOT", "walfeed", _SLOT),
+            celebrity_threshold=env.int("WALFEED_CELEBRITY_THRESHOLD", 10_000, minimum=1),
+        )

@@ -1,0 +1,91 @@
+"""Fixtures of the walfeed test harness. See tests/harness/ for the pieces.
+
+Per test: `walfeed_env` gives a fresh database (schema + its own wal2json slot) and its own AMQP prefix;
+`processes` starts real `walfeed` subprocesses with that environment and kills leftovers at teardown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.core.settings import Settings
+from services.core.topology import Topology
+from tests.harness import infra as infra_mod
+from tests.harness import resources
+from tests.harness.infra import Infra
+from tests.harness.processes import Processes
+
+
+@pytest.fixture(scope="session")
+def infra() -> Iterator[Infra]:
+    with infra_mod.provide() as provided:
+        yield provided
+
+
+@pytest.fixture(scope="session")
+def template_db(infra: Infra) -> Iterator[str]:
+    with resources.template_database(infra) as name:
+        yield name
+
+
+@pytest.fixture
+def slot_name() -> str:
+    return resources.unique("t")
+
+
+@pytest.fixture
+def database_url(infra: Infra, template_db: str, slot_name: str) -> Iterator[str]:
+    """A migrated database of this test's own, with its logical slot created (as `walfeed migrate` does)."""
+    with resources.test_database(infra, template_db, slot_name) as url:
+        yield url
+
+
+@pytest.fixture
+def amqp_prefix(infra: Infra) -> Iterator[str]:
+    prefix = resources.unique("wft")
+    extra: list[str] = []
+    yield prefix
+    resources.delete_amqp_names(infra.amqp_url, Topology(prefix), extra)
+
+
+@pytest.fixture
+def walfeed_env(infra: Infra, database_url: str, amqp_prefix: str, slot_name: str) -> dict[str, str]:
+    """The environment of this test's walfeed processes."""
+    return {
+        "WALFEED_DATABASE_URL": database_url,
+        "WALFEED_AMQP_URL": infra.amqp_url,
+        "WALFEED_AMQP_PREFIX": amqp_prefix,
+        "WALFEED_SLOT": slot_name,
+        "WALFEED_CELEBRITY_THRESHOLD": "10000",
+        "WALFEED_LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture
+def settings(walfeed_env: dict[str, str]) -> Settings:
+    return Settings.from_env(walfeed_env)
+
+
+@pytest.fixture
+def topology(amqp_prefix: str) -> Topology:
+    return Topology(amqp_prefix)
+
+
+@pytest.fixture
+def processes(walfeed_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
+    procs = Processes(walfeed_env, tmp_path)
+    yield procs
+    procs.kill_all()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(procs.logs())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -1,0 +1,103 @@
+"""Start the real `walfeed` processes as subprocesses; stop them with signals."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_dir / f"{name}.log"
+        self._env = dict(env)
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        assert self._popen is None or self._popen.poll() is not None, f"{self.name} is running"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child from here on
+        log.write(f"--- start {' '.join(self.args)}\n".encode())
+        log.flush()
+        self._popen = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *self.args],
+            env=self._env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self._popen is not None
+        return self._popen.pid
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    def send(self, sig: int) -> None:
+        if self.running():
+            assert self._popen is not None
+            self._popen.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash a test injects."""
+        if self.running():
+            assert self._popen is not None
+            self._popen.kill()
+            self._popen.wait(10)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Graceful stop; returns the exit code. SIGKILLs (and fails the wait) if it does not exit in time."""
+        assert self._popen is not None
+        self.send(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the process to exit by itself; returns the exit code."""
+        assert self._popen is not None
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            self._popen.wait(10)
+            raise AssertionError(f"{self.name} did not exit within {timeout}s") from None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Processes:
+    """Every process a test starts; the fixture kills the survivors at teardown."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+        self.env = {**os.environ, **env}
+        self.log_dir = log_dir
+        self.all: list[Process] = []
+
+    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Process:
+        proc = Process(name, list(args), {**self.env, **(env or {})}, self.log_dir)
+        self.all.append(proc)
+        return proc.start()
+
+    def kill_all(self) -> None:
+        for proc in self.all:
+            with contextlib.suppress(Exception):
+                proc.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name} ({p.log_path})\n{p.log()[-6000:]}" for p in self.all)
