@@ -6,6 +6,9 @@ CREATE TABLE users (
     token_hash      bytea       NOT NULL UNIQUE,          -- sha256 of the bearer token; the token is never stored
     follower_count  bigint      NOT NULL DEFAULT 0 CHECK (follower_count >= 0),
     following_count bigint      NOT NULL DEFAULT 0 CHECK (following_count >= 0),
+    -- Timelines are capped (services/core/feed.py TIMELINE_CAP). Rows of posts with id < timeline_floor may have
+    -- been trimmed from this user's materialized timeline: reads below the floor come from posts + follows.
+    timeline_floor  bigint      NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 
