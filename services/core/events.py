@@ -41,7 +41,7 @@ class Event:
     @classmethod
     def new(cls, type: str, aggregate_id: int | str, payload: dict[str, int]) -> Event:
         """A fresh event, as the API writes it to the outbox."""
-        aggregate_type, keys = _schema(type)
+        aggregate_type, _ = _schema(type)
         validate_payload(type, payload)
         return cls(uuid.uuid4(), type, aggregate_type, str(aggregate_id), datetime.now(UTC), dict(payload))
 

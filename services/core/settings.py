@@ -6,6 +6,7 @@ Every process builds one settings object in its entrypoint; a missing or invalid
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from collections.abc import Mapping
@@ -28,7 +29,9 @@ class Env:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
 
-    def str(self, name: str, default: str, pattern: re.Pattern[str] | None = None) -> str:
+    def str(
+        self, name: builtins.str, default: builtins.str, pattern: re.Pattern[builtins.str] | None = None
+    ) -> builtins.str:
         value = self._environ.get(name, default).strip()
         if not value:
             raise SettingsError(f"{name} is empty; set it or unset it to use the default {default!r}")
@@ -36,13 +39,15 @@ class Env:
             raise SettingsError(f"{name}={value!r} is invalid: it must match {pattern.pattern}")
         return value
 
-    def int(self, name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+    def int(self, name: builtins.str, default: builtins.int, minimum: builtins.int = 0,
+            maximum: builtins.int | None = None) -> builtins.int:
         return self._number(name, default, int, minimum, maximum)
 
-    def float(self, name: str, default: float, minimum: float = 0.0, maximum: float | None = None) -> float:
+    def float(self, name: builtins.str, default: builtins.float, minimum: builtins.float = 0.0,
+              maximum: builtins.float | None = None) -> builtins.float:
         return self._number(name, default, float, minimum, maximum)
 
-    def _number(self, name: str, default: T, kind: type[T], minimum: T, maximum: T | None) -> T:
+    def _number(self, name: builtins.str, default: T, kind: type[T], minimum: T, maximum: T | None) -> T:
         raw = self._environ.get(name)
         if raw is None or raw.strip() == "":
             return default

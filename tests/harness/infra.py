@@ -42,7 +42,7 @@ def _docker_available() -> bool:
 
         docker.from_env().ping()
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 

@@ -55,10 +55,25 @@ class Process:
             self._popen.send_signal(sig)
 
     def kill(self) -> None:
-        """SIGKILL: the crash a test injects."""
+        """SIGKILL: the crash a test injects. Only this process: children it started are orphaned, as in a crash."""
         if self.running():
             assert self._popen is not None
             self._popen.kill()
+            self._popen.wait(10)
+
+    def kill_tree(self) -> None:
+        """SIGKILL this process and all its descendants (teardown: leave nothing running)."""
+        if self._popen is None:
+            return
+        pids, frontier = [], [self._popen.pid]
+        while frontier:
+            pid = frontier.pop()
+            pids.append(pid)
+            frontier.extend(children_of(pid))
+        for pid in reversed(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(10)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
@@ -97,7 +112,25 @@ class Processes:
     def kill_all(self) -> None:
         for proc in self.all:
             with contextlib.suppress(Exception):
-                proc.kill()
+                proc.kill_tree()
 
     def logs(self) -> str:
         return "\n".join(f"===== {p.name} ({p.log_path})\n{p.log()[-6000:]}" for p in self.all)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of a process (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -23,7 +23,7 @@ def eventually(probe: Callable[[], T], *, timeout: float = 30.0, interval: float
             error = None
             if last:
                 return last  # type: ignore[return-value]
-        except Exception as exc:  # noqa: BLE001 - a probe may fail while the system is still starting
+        except Exception as exc:
             error = exc
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or probe!r}; last: {last!r}") from error

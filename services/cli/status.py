@@ -1,0 +1,122 @@
+"""`walfeed status`: what an operator looks at first — is the slot keeping up, are queues draining, any dead letters."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from dataclasses import asdict, dataclass
+
+import orjson
+import pika
+import pika.exceptions
+import psycopg
+
+from services.core.amqp import parameters
+from services.core.settings import Settings
+from services.core.topology import Topology
+
+SLOT_QUERY = """
+SELECT active, active_pid, confirmed_flush_lsn::text AS confirmed_flush_lsn,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint AS lag_bytes,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_bytes,
+       wal_status
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    name: str
+    exists: bool
+    active: bool | None = None
+    active_pid: int | None = None
+    confirmed_flush_lsn: str | None = None
+    lag_bytes: int | None = None
+    retained_bytes: int | None = None
+    wal_status: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    name: str
+    messages: int | None
+    consumers: int | None
+    error: str | None = None
+
+
+def slot_status(settings: Settings) -> SlotStatus:
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=5, row_factory=psycopg.rows.dict_row) as conn:
+            row = conn.execute(SLOT_QUERY, (settings.slot,)).fetchone()
+    except psycopg.Error as exc:
+        return SlotStatus(settings.slot, exists=False, error=str(exc).strip())
+    if row is None:
+        return SlotStatus(settings.slot, exists=False, error="slot missing: run `walfeed migrate`")
+    return SlotStatus(settings.slot, exists=True, **row)
+
+
+def queue_status(settings: Settings) -> list[QueueStatus]:
+    topology = Topology(settings.amqp_prefix)
+    try:
+        conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-status"))
+    except pika.exceptions.AMQPError as exc:
+        return [QueueStatus(q, None, None, error=f"broker unreachable: {exc!r}") for q in topology.queues()]
+    result = []
+    try:
+        for queue in topology.queues():
+            channel = conn.channel()  # a failed passive declare closes the channel: one per queue
+            try:
+                ok = channel.queue_declare(queue, passive=True).method
+                result.append(QueueStatus(queue, ok.message_count, ok.consumer_count))
+                channel.close()
+            except pika.exceptions.ChannelClosedByBroker:
+                result.append(QueueStatus(queue, None, None, error="not declared yet (start a worker)"))
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            conn.close()
+    return result
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:
+    lines = ["REPLICATION SLOT"]
+    if not slot.exists:
+        lines.append(f"  {slot.name}: {slot.error}")
+    else:
+        state = f"active (pid {slot.active_pid})" if slot.active else "INACTIVE: no relay is streaming"
+        lines += [
+            f"  {slot.name}: {state}",
+            f"  confirmed up to {slot.confirmed_flush_lsn}, lag {_size(slot.lag_bytes)}, "
+            f"WAL retained {_size(slot.retained_bytes)} ({slot.wal_status})",
+        ]
+    lines.append("QUEUES")
+    for q in queues:
+        if q.error:
+            lines.append(f"  {q.name:<40} {q.error}")
+        else:
+            warn = "  <- dead letters: inspect them" if q.name.endswith(".dead") and q.messages else ""
+            lines.append(f"  {q.name:<40} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
+    return "\n".join(lines)
+
+
+def run(settings: Settings, *, as_json: bool = False) -> int:
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # a missing queue is reported below, not as a warning
+    slot, queues = slot_status(settings), queue_status(settings)
+    if as_json:
+        sys.stdout.write(orjson.dumps({"slot": asdict(slot), "queues": [asdict(q) for q in queues]},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(render(slot, queues))
+    healthy = slot.exists and not any(q.error and "unreachable" in q.error for q in queues)
+    return 0 if healthy else 1

@@ -1,0 +1,56 @@
+"""The whole path with the three real processes: API transaction -> WAL -> relay -> RabbitMQ -> worker -> timeline."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import pytest
+
+from tests.harness.processes import Processes, free_port
+from tests.harness.waiting import eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def _signup(api: httpx.Client, handle: str) -> tuple[int, dict[str, str]]:
+    resp = api.post("/v1/users", json={"handle": handle})
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    return body["id"], {"Authorization": f"Bearer {body['token']}"}
+
+
+def _timeline_ids(api: httpx.Client, auth: dict[str, str]) -> list[int]:
+    resp = api.get("/v1/timeline", headers=auth, params={"limit": 100})
+    assert resp.status_code == 200, resp.text
+    return [item["id"] for item in resp.json()["items"]]
+
+
+def test_a_post_reaches_every_follower_and_the_author_and_no_one_else(processes: Processes) -> None:
+    port = free_port()
+    api_proc = processes.start("api", "api", "--port", str(port))
+    relay = processes.start("relay", "relay")
+    worker = processes.start("worker", "worker")
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=30, what="api ready")
+
+    with httpx.Client(base_url=base, timeout=10) as api:
+        author, author_auth = _signup(api, "author")
+        followers = [_signup(api, f"follower{i}") for i in range(3)]
+        _, stranger_auth = _signup(api, "stranger")
+        for _, auth in followers:
+            assert api.put(f"/v1/following/{author}", headers=auth).status_code == 204
+
+        resp = api.post("/v1/posts", json={"body": "hello, followers"}, headers=author_auth)
+        assert resp.status_code == 201, resp.text
+        post_id = resp.json()["id"]
+
+        for _, auth in [*followers, (author, author_auth)]:
+            eventually(lambda auth=auth: post_id in _timeline_ids(api, auth), timeout=30,
+                       what=f"post {post_id} in a follower's timeline")
+        # The stranger's timeline is read after every follower's: the event has been fully processed by then.
+        assert post_id not in _timeline_ids(api, stranger_auth)
+        assert api.get(f"/v1/posts/{post_id}", headers=stranger_auth).json()["body"] == "hello, followers"
+
+    for proc in (api_proc, relay, worker):
+        assert proc.stop(signal.SIGTERM, timeout=30) == 0, proc.log()[-3000:]
