@@ -1,0 +1,72 @@
+"""The FastAPI application factory: routes, problem documents, middleware, the pool's lifespan, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from prometheus_client import CollectorRegistry
+
+from services.api import problems
+from services.api.config import ApiSettings
+from services.api.middleware import BodyLimit, Metrics
+from services.api.problems import Problem
+from services.api.routes import feed, health, posts, users
+from services.core.db import make_pool
+from services.core.settings import Settings
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> FastAPI:
+    api = api_settings or ApiSettings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = make_pool(settings.database_url, min_size=api.pool_min, max_size=api.pool_max, name="walfeed-api")
+        pool.open(wait=False)  # start even while the database is down: /readyz tells
+        app.state.pool = pool
+        try:
+            yield
+        finally:
+            pool.close()
+
+    app = FastAPI(title="walfeed", version="1", lifespan=lifespan,
+                  description="News feed API. Errors are RFC 9457 problem documents.")
+    app.state.settings = settings
+    app.state.api_settings = api
+    app.state.registry = CollectorRegistry()
+    for router in (users.router, posts.router, feed.router, health.router):
+        app.include_router(router)
+    problems.install(app)
+    app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
+    app.add_middleware(Metrics, registry=app.state.registry)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _problem_openapi(get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
+    """Every 4xx/5xx response is documented as application/problem+json with the Problem schema."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for code, response in operation.get("responses", {}).items():
+                if code.isdigit() and int(code) >= 400:
+                    response["content"] = {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}
+                    if code == "401":
+                        response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"},
+                                                                    "description": "Bearer realm"}}
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+    return schema

@@ -1,0 +1,70 @@
+"""Request and response bodies (SPEC.md section 2). Pydantic models document the OpenAPI schema."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BIGINT_MAX = 2**63 - 1
+HANDLE_PATTERN = r"^[a-z0-9_]{1,30}$"
+
+
+class NewUser(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    handle: Annotated[str, Field(pattern=HANDLE_PATTERN, examples=["alice"])]
+
+
+class CreatedUser(BaseModel):
+    id: int
+    handle: str
+    token: str = Field(description="bearer token; shown once, only its hash is stored")
+
+
+class User(BaseModel):
+    id: int
+    handle: str
+    follower_count: int
+    following_count: int
+    celebrity: bool
+
+
+class NewPost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    body: Annotated[str, Field(min_length=1, max_length=500, examples=["hello"])]
+
+    @field_validator("body")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("body must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("body must be valid Unicode (no lone surrogates)") from None
+        return value
+
+
+class Post(BaseModel):
+    id: int
+    author_id: int
+    body: str
+    created_at: str = Field(description="RFC 3339, UTC", examples=["2026-01-01T12:00:00.000000Z"])
+
+
+class Page(BaseModel):
+    items: list[Post]
+    next_cursor: str | None
+
+
+class Status(BaseModel):
+    status: str
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def post_from_row(row: dict[str, Any]) -> Post:
+    return Post(id=row["id"], author_id=row["author_id"], body=row["body"], created_at=rfc3339(row["created_at"]))

@@ -1,0 +1,90 @@
+"""Posts: write (idempotent with Idempotency-Key), read, delete; one author's posts."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Header, Response
+
+from services.api import cursor as cursors
+from services.api import paging, store
+from services.api.deps import Caller, Db
+from services.api.models import NewPost, Page, Post, post_from_row
+from services.api.problems import ApiError
+from services.api.routes import AUTH, BODY, INVALID, NOT_FOUND, UNAVAILABLE, CursorParam, Id, Limit
+
+router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
+
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[!-~]+$",
+    description="retrying with the same key returns the original post and creates nothing")]
+
+
+def request_hash(new: NewPost) -> bytes:
+    """Hash of the request's meaning (the validated body), so a re-serialized retry still matches."""
+    return hashlib.sha256(orjson.dumps(new.model_dump(), option=orjson.OPT_SORT_KEYS)).digest()
+
+
+@router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={**BODY})
+def create_post(new: NewPost, db: Db, me: Caller, response: Response,
+                idempotency_key: IdempotencyKey = None) -> Post:
+    """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
+    digest = request_hash(new) if idempotency_key is not None else None
+    row, created = store.create_post(db, me, new.body, idempotency_key, digest)
+    if not created:
+        if digest is None or not hmac.compare_digest(bytes(row["request_hash"] or b""), digest):
+            raise ApiError(422, "this Idempotency-Key was already used with a different request body",
+                           "idempotency-key-reused")
+        response.headers["Idempotent-Replayed"] = "true"
+    return post_from_row(row)
+
+
+@router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND})
+def get_post(post_id: Id, db: Db, _: Caller) -> Post:
+    row = store.get_post(db, post_id)
+    if row is None:
+        raise ApiError(404, f"no post {post_id}")
+    return post_from_row(row)
+
+
+@router.delete("/posts/{post_id}", status_code=204, response_class=Response, tags=["posts"],
+               responses={**NOT_FOUND, 403: {"description": "not the author"}})
+def delete_post(post_id: Id, db: Db, me: Caller) -> Response:
+    """Delete one of the caller's posts (idempotent for its author)."""
+    if store.delete_post(db, post_id, me) is None:
+        owner = store.post_owner(db, post_id)
+        if owner is None:
+            raise ApiError(404, f"no post {post_id}")
+        if owner["author_id"] != me:
+            raise ApiError(403, "only the author can delete a post", "not-author")
+    return Response(status_code=204)
+
+
+@router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
+            responses={**NOT_FOUND, 400: {"description": "malformed cursor"}})
+def user_posts(user_id: Id, db: Db, _: Caller, limit: Limit = 20, cursor: CursorParam = None) -> Page:
+    """One author's posts, newest first."""
+    kind = f"user:{user_id}"
+    before = decode_cursor(kind, cursor)
+    rows = store.author_posts(db, user_id, before or cursors.MAX_ID, limit + 1)
+    if not rows and before is None and not store.user_exists(db, user_id):
+        raise ApiError(404, f"no user {user_id}")
+    return page(kind, rows, limit)
+
+
+def decode_cursor(kind: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return cursors.decode(kind, value)
+    except cursors.InvalidCursor as exc:
+        raise ApiError(400, f"{exc}: pass the next_cursor of a previous page unchanged", "invalid-cursor") from None
+
+
+def page(kind: str, rows: list[store.Row], limit: int) -> Page:
+    items, more = paging.cut(rows, limit)
+    return Page(items=[post_from_row(r) for r in items],
+                next_cursor=cursors.encode(kind, items[-1]["id"]) if more else None)

@@ -1,0 +1,123 @@
+"""Every statement the API runs, as named constants with bound parameters only."""
+
+from typing import Final
+
+AUTHENTICATE: Final = "SELECT id, token_hash FROM users WHERE token_hash = %(hash)s"
+
+CREATE_USER: Final = """
+INSERT INTO users (handle, token_hash) VALUES (%(handle)s, %(hash)s)
+ON CONFLICT (handle) DO NOTHING
+RETURNING id, handle
+"""
+GET_USER: Final = "SELECT id, handle, follower_count, following_count FROM users WHERE id = %(id)s"
+USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
+
+# Follow counts change only when a follows row was really inserted or deleted, in the same transaction.
+# Both users rows are locked in id order first, so A->B and B->A at once cannot deadlock.
+FOLLOW: Final = """
+INSERT INTO follows (follower_id, followee_id)
+SELECT %(follower)s, id FROM users WHERE id = %(followee)s
+ON CONFLICT DO NOTHING
+RETURNING followee_id
+"""
+UNFOLLOW: Final = """
+DELETE FROM follows WHERE follower_id = %(follower)s AND followee_id = %(followee)s
+RETURNING followee_id
+"""
+LOCK_PAIR: Final = "SELECT id FROM users WHERE id = ANY(%(ids)s) ORDER BY id FOR NO KEY UPDATE"
+ADJUST_COUNTS: Final = """
+UPDATE users SET
+    following_count = following_count + CASE WHEN id = %(follower)s THEN %(delta)s ELSE 0 END,
+    follower_count  = follower_count  + CASE WHEN id = %(followee)s THEN %(delta)s ELSE 0 END
+WHERE id IN (%(follower)s, %(followee)s)
+"""
+
+INSERT_POST: Final = """
+INSERT INTO posts (author_id, body, idempotency_key, request_hash)
+VALUES (%(author)s, %(body)s, %(key)s, %(hash)s)
+ON CONFLICT (author_id, idempotency_key) DO NOTHING
+RETURNING id, author_id, body, created_at
+"""
+POST_BY_KEY: Final = """
+SELECT id, author_id, body, created_at, request_hash FROM posts
+WHERE author_id = %(author)s AND idempotency_key = %(key)s
+"""
+GET_POST: Final = "SELECT id, author_id, body, created_at FROM posts WHERE id = %(id)s AND deleted_at IS NULL"
+DELETE_POST: Final = """
+UPDATE posts SET deleted_at = now()
+WHERE id = %(id)s AND author_id = %(author)s AND deleted_at IS NULL
+RETURNING id, author_id
+"""
+POST_OWNER: Final = "SELECT author_id, deleted_at IS NOT NULL AS deleted FROM posts WHERE id = %(id)s"
+
+INSERT_OUTBOX: Final = """
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+VALUES (%(id)s, %(aggregatetype)s, %(aggregateid)s, %(type)s, %(payload)s)
+"""
+
+# One author's posts, newest first (posts_author_idx).
+AUTHOR_POSTS: Final = """
+SELECT id, author_id, body, created_at FROM posts
+WHERE author_id = %(author)s AND deleted_at IS NULL AND id < %(before)s
+ORDER BY id DESC LIMIT %(limit)s
+"""
+
+TIMELINE_FLOOR: Final = "SELECT timeline_floor FROM users WHERE id = %(user)s"
+
+# Home timeline at or above the user's floor: the materialized rows, filtered at read time (stale rows of
+# unfollowed authors or deleted posts the worker has not removed yet are skipped), merged with the posts that
+# are not in timelines: pulled (celebrity, fanned_out = false, posts_pulled_idx), not decided yet (fanned_out
+# IS NULL, posts_pending_idx) and the user's own (posts_author_idx). One LATERAL probe per followed author on a
+# partial index that only holds posts not fanned out, each bounded by the page size.
+TIMELINE_ABOVE_FLOOR: Final = """
+WITH authors AS (
+    SELECT followee_id AS author_id FROM follows WHERE follower_id = %(user)s
+),
+pushed AS (
+    SELECT t.post_id AS id FROM timelines t
+    JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
+    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= %(floor)s
+      AND (p.author_id = %(user)s OR EXISTS (
+            SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id))
+    ORDER BY t.post_id DESC LIMIT %(limit)s
+),
+pulled AS (
+    SELECT x.id FROM authors a CROSS JOIN LATERAL (
+        SELECT p.id FROM posts p
+        WHERE p.author_id = a.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
+          AND p.id < %(before)s AND p.id >= %(floor)s
+        ORDER BY p.id DESC LIMIT %(limit)s) x
+),
+pending AS (
+    SELECT x.id FROM authors a CROSS JOIN LATERAL (
+        SELECT p.id FROM posts p
+        WHERE p.author_id = a.author_id AND p.fanned_out IS NULL AND p.deleted_at IS NULL
+          AND p.id < %(before)s AND p.id >= %(floor)s
+        ORDER BY p.id DESC LIMIT %(limit)s) x
+),
+own AS (
+    SELECT p.id FROM posts p
+    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= %(floor)s
+    ORDER BY p.id DESC LIMIT %(limit)s
+),
+ids AS (
+    SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM pending UNION SELECT id FROM own
+)
+SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
+WHERE p.id IN (SELECT id FROM ids)
+ORDER BY p.id DESC LIMIT %(limit)s
+"""
+
+# Home timeline below the floor (rows may have been trimmed or never backfilled): fan-in from the source of
+# truth, one LATERAL probe per followed author (and the user) on posts_author_idx, each bounded by the page size.
+TIMELINE_FAN_IN: Final = """
+WITH authors AS (
+    SELECT followee_id AS author_id FROM follows WHERE follower_id = %(user)s
+    UNION ALL SELECT %(user)s
+)
+SELECT x.id, x.author_id, x.body, x.created_at FROM authors a CROSS JOIN LATERAL (
+    SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
+    WHERE p.author_id = a.author_id AND p.deleted_at IS NULL AND p.id < %(before)s
+    ORDER BY p.id DESC LIMIT %(limit)s) x
+ORDER BY x.id DESC LIMIT %(limit)s
+"""
