@@ -1,0 +1,43 @@
+"""Relay settings, read once at start from the environment (errors name the variable).
+
+| variable | default | meaning |
+|---|---|---|
+| `WALFEED_RELAY_WINDOW` | 1000 | events published and not yet confirmed by the broker, at most |
+| `WALFEED_RELAY_STATUS_INTERVAL` | 10 | seconds between status updates to Postgres (wal_sender_timeout is 60 s) |
+| `WALFEED_RELAY_METRICS_PORT` | 9101 | Prometheus metrics port; 0 turns the endpoint off |
+| `WALFEED_RELAY_STANDBY_INTERVAL` | 2 | seconds between a standby relay's attempts to take the slot |
+| `WALFEED_RELAY_SHUTDOWN_TIMEOUT` | 10 | seconds to wait for outstanding confirms on SIGTERM/SIGINT |
+| `WALFEED_RELAY_BLOCKED_TIMEOUT` | 60 | blocked by the broker (resource alarm) this long: reconnect |
+| `WALFEED_RELAY_LAG_INTERVAL` | 5 | seconds between slot lag measurements |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.core.settings import Env
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    window: int = 1000
+    status_interval: float = 10.0
+    metrics_port: int = 9101
+    standby_interval: float = 2.0
+    shutdown_timeout: float = 10.0
+    blocked_timeout: float = 60.0
+    lag_interval: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RelaySettings:
+        env = Env(environ)
+        return cls(
+            window=env.int("WALFEED_RELAY_WINDOW", 1000, minimum=1, maximum=100_000),
+            status_interval=env.float("WALFEED_RELAY_STATUS_INTERVAL", 10.0, minimum=0.1, maximum=30.0),
+            metrics_port=env.int("WALFEED_RELAY_METRICS_PORT", 9101, minimum=0, maximum=65535),
+            standby_interval=env.float("WALFEED_RELAY_STANDBY_INTERVAL", 2.0, minimum=0.1, maximum=300.0),
+            shutdown_timeout=env.float("WALFEED_RELAY_SHUTDOWN_TIMEOUT", 10.0, minimum=0.0, maximum=600.0),
+            blocked_timeout=env.float("WALFEED_RELAY_BLOCKED_TIMEOUT", 60.0, minimum=1.0, maximum=86_400.0),
+            lag_interval=env.float("WALFEED_RELAY_LAG_INTERVAL", 5.0, minimum=0.5, maximum=3600.0),
+        )

@@ -1,0 +1,80 @@
+"""Publisher-confirm bookkeeping for one AMQP channel. Pure: fed with what was sent and what the broker said.
+
+The broker numbers the messages of a channel in confirm mode 1, 2, 3... (delivery tags) and answers with
+basic.ack / basic.nack, possibly `multiple` (everything up to the tag). A mandatory message that no queue
+takes comes back as basic.return *before* its ack: such an ack is not a success. Items whose outcome is a
+failure are handed back to be retried; on a new channel the numbering restarts and everything unconfirmed is
+handed back too (the broker may or may not have it: resending is the at-least-once answer).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Outcome(Generic[T]):
+    confirmed: list[T] = field(default_factory=list)
+    failed: list[T] = field(default_factory=list)  # nacked or returned: publish again
+
+
+class ConfirmBook(Generic[T]):
+    def __init__(self) -> None:
+        self._next_tag = 1
+        self._unconfirmed: dict[int, tuple[str, T]] = {}  # tag -> (message id, item), in tag order
+        self._returned: Counter[str] = Counter()  # message ids returned, waiting for their ack
+
+    def __len__(self) -> int:
+        return len(self._unconfirmed)
+
+    def sent(self, message_id: str, item: T) -> int:
+        tag = self._next_tag
+        self._next_tag += 1
+        self._unconfirmed[tag] = (message_id, item)
+        return tag
+
+    def returned(self, message_id: str) -> None:
+        self._returned[message_id] += 1
+
+    def acked(self, tag: int, multiple: bool) -> Outcome[T]:
+        outcome: Outcome[T] = Outcome()
+        for message_id, item in self._settle(tag, multiple):
+            if self._returned[message_id] > 0:
+                self._returned[message_id] -= 1
+                if not self._returned[message_id]:
+                    del self._returned[message_id]
+                outcome.failed.append(item)
+            else:
+                outcome.confirmed.append(item)
+        return outcome
+
+    def nacked(self, tag: int, multiple: bool) -> Outcome[T]:
+        outcome: Outcome[T] = Outcome()
+        for message_id, item in self._settle(tag, multiple):
+            self._returned.pop(message_id, None)
+            outcome.failed.append(item)
+        return outcome
+
+    def reset(self) -> list[T]:
+        """The channel is gone: every unconfirmed item, oldest first; numbering restarts at 1."""
+        items = [item for _, item in self._unconfirmed.values()]
+        self._unconfirmed.clear()
+        self._returned.clear()
+        self._next_tag = 1
+        return items
+
+    def _settle(self, tag: int, multiple: bool) -> list[tuple[str, T]]:
+        if not multiple:
+            entry = self._unconfirmed.pop(tag, None)
+            return [] if entry is None else [entry]
+        settled = []
+        while self._unconfirmed:
+            first = next(iter(self._unconfirmed))
+            if first > tag:
+                break
+            settled.append(self._unconfirmed.pop(first))
+        return settled

@@ -1,0 +1,217 @@
+"""Publishes to the events exchange with asynchronous publisher confirms, on its own thread.
+
+Independent of where events come from: callers `submit` `Outgoing` messages carrying an opaque token and get
+the tokens back through `on_confirmed` once the broker has confirmed them (never for a nack or a return: those
+are republished with backoff, forever, see docs/adr/0012). The pika connection is used only by this thread.
+
+pika's BlockingChannel makes `basic_publish` wait for each confirm once `confirm_delivery()` is on, so the
+thread drives the blocking connection's underlying channel (`channel._impl`) with callbacks instead: publish
+without waiting, and `process_data_events` delivers basic.ack / basic.nack / basic.return as they come.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+import pika.spec
+
+from services.cdc_relay import metrics
+from services.cdc_relay.confirms import ConfirmBook
+from services.core import amqp, backoff
+from services.core.events import CONTENT_TYPE
+from services.core.topology import Topology
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE = 0.2
+RETRY_CAP = 5.0
+LOUD_EVERY = 5.0  # seconds between two "unroutable" warnings
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    token: Hashable
+    routing_key: str
+    body: bytes
+    message_id: str
+    type: str
+    timestamp: int
+
+
+@dataclass(slots=True)
+class _Attempt:
+    message: Outgoing
+    tries: int = 0
+    first_sent: float | None = None
+
+
+class Publisher(threading.Thread):
+    def __init__(
+        self,
+        amqp_url: str,
+        topology: Topology,
+        on_confirmed: Callable[[list[Hashable]], None],
+        is_current: Callable[[Hashable], bool] = lambda _token: True,
+        blocked_timeout: float = 60.0,
+    ) -> None:
+        super().__init__(name="publisher", daemon=True)
+        self._url, self._topology = amqp_url, topology
+        self._on_confirmed, self._is_current = on_confirmed, is_current
+        self._blocked_timeout = blocked_timeout
+        self._inbox: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        self._ready: deque[_Attempt] = deque()
+        self._retry: list[tuple[float, int, _Attempt]] = []
+        self._counter = itertools.count()
+        self._book: ConfirmBook[_Attempt] = ConfirmBook()
+        self._conn: pika.BlockingConnection | None = None
+        self._channel: Any = None  # pika.channel.Channel under the blocking channel
+        self._blocked = False
+        self._stopping = threading.Event()
+        self._last_loud = 0.0
+
+    # --- any thread ---
+    def submit(self, messages: Iterable[Outgoing]) -> None:
+        for message in messages:
+            self._inbox.put(message)
+        self._wake()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.add_callback_threadsafe(lambda: None)
+
+    # --- the publisher thread ---
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            if self._conn is None and not self._connect():
+                break
+            assert self._conn is not None
+            try:
+                self._publish_available()
+                self._conn.process_data_events(time_limit=self._wait_time())
+            except pika.exceptions.AMQPError as exc:
+                log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
+                metrics.RECONNECTS.labels("rabbitmq").inc()
+                self._drop_connection()
+        self._drop_connection()
+
+    def _connect(self) -> bool:
+        conn = amqp.connect_with_retry(self._url, name="walfeed-relay", should_stop=self._stopping.is_set,
+                                       blocked_connection_timeout=self._blocked_timeout)
+        if conn is None:
+            return False
+        try:
+            blocking = conn.channel()
+            amqp.declare_events_exchange(blocking, self._topology)
+            channel = blocking._impl
+            selected: list[bool] = []
+            channel.add_on_return_callback(self._on_return)
+            channel.confirm_delivery(ack_nack_callback=self._on_ack_nack, callback=lambda _f: selected.append(True))
+            while not selected:
+                conn.process_data_events(time_limit=0.1)
+            conn.add_on_connection_blocked_callback(self._on_blocked)
+            conn.add_on_connection_unblocked_callback(self._on_unblocked)
+        except pika.exceptions.AMQPError as exc:
+            log.warning("broker channel set-up failed, reconnecting", extra={"error": repr(exc)})
+            if conn.is_open:
+                conn.close()
+            return not self._stopping.is_set()
+        self._conn, self._channel, self._blocked = conn, channel, False
+        resend = self._book.reset()
+        self._ready.extendleft(reversed(resend))
+        log.info("broker connected", extra={"exchange": self._topology.events_exchange, "resend": len(resend)})
+        return True
+
+    def _drop_connection(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None and conn.is_open:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _wait_time(self) -> float:
+        if self._ready and not self._blocked:
+            return 0.0
+        wait = 0.5
+        if self._retry:
+            wait = min(wait, max(0.0, self._retry[0][0] - time.monotonic()))
+        return wait
+
+    def _publish_available(self) -> None:
+        now = time.monotonic()
+        while self._retry and self._retry[0][0] <= now:
+            self._ready.append(heapq.heappop(self._retry)[2])
+        while True:
+            try:
+                self._ready.append(_Attempt(self._inbox.get_nowait()))
+            except queue.Empty:
+                break
+        while self._ready and not self._blocked:
+            attempt = self._ready.popleft()
+            message = attempt.message
+            if not self._is_current(message.token):
+                continue  # from a replication session that ended: Postgres sends it again
+            properties = pika.BasicProperties(
+                message_id=message.message_id, type=message.type, content_type=CONTENT_TYPE,
+                timestamp=message.timestamp, delivery_mode=pika.DeliveryMode.Persistent,
+            )
+            self._channel.basic_publish(self._topology.events_exchange, message.routing_key, message.body,
+                                        properties, mandatory=True)
+            self._book.sent(message.message_id, attempt)
+            if attempt.first_sent is None:
+                attempt.first_sent = now
+
+    def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
+                   _body: bytes) -> None:
+        self._book.returned(str(properties.message_id))
+        self._loud("event unroutable: no queue is bound for it on the events exchange; retrying, WAL position "
+                   "held", {"event_id": properties.message_id, "routing_key": method.routing_key})
+
+    def _on_ack_nack(self, frame: Any) -> None:
+        method = frame.method
+        if isinstance(method, pika.spec.Basic.Ack):
+            outcome = self._book.acked(method.delivery_tag, method.multiple)
+        else:
+            outcome = self._book.nacked(method.delivery_tag, method.multiple)
+            self._loud("broker nacked events; retrying", {"count": len(outcome.failed)})
+        now = time.monotonic()
+        if outcome.confirmed:
+            for attempt in outcome.confirmed:
+                metrics.CONFIRM_LATENCY.observe(now - (attempt.first_sent or now))
+            metrics.PUBLISHED.inc(len(outcome.confirmed))
+            self._on_confirmed([a.message.token for a in outcome.confirmed])
+        for attempt in outcome.failed:
+            attempt.tries += 1
+            metrics.UNROUTABLE.inc()
+            due = now + backoff.delay(attempt.tries, RETRY_BASE, RETRY_CAP)
+            heapq.heappush(self._retry, (due, next(self._counter), attempt))
+
+    def _on_blocked(self, _conn: Any, _frame: Any) -> None:
+        self._blocked = True
+        log.warning("broker blocked publishing (resource alarm): holding events, WAL status updates continue")
+
+    def _on_unblocked(self, _conn: Any, _frame: Any) -> None:
+        self._blocked = False
+        log.info("broker unblocked publishing")
+
+    def _loud(self, message: str, extra: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - self._last_loud >= LOUD_EVERY:
+            self._last_loud = now
+            log.warning(message, extra={**extra, "retrying": len(self._retry) + 1})

@@ -1,0 +1,87 @@
+"""The replication stream: psycopg2's LogicalReplicationConnection on the slot, wal2json v2 (thin adapter).
+
+psycopg 3 has no replication protocol support, hence psycopg2 here and only here (docs/adr/0010).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extras
+
+from services.cdc_relay import wal2json
+
+log = logging.getLogger(__name__)
+
+_SLOT = "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s"
+
+# What a lost or refused Postgres connection raises: reconnect with backoff.
+ConnectionLost = (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.DatabaseError)
+
+
+class SlotMissing(Exception):
+    """The slot does not exist. Not the relay's to create: `walfeed migrate` does (before any event is written)."""
+
+
+class SlotBusy(Exception):
+    """Another walsender (another relay) streams the slot: stand by."""
+
+
+class ReplicationStream:
+    def __init__(self, conn: psycopg2.extras.LogicalReplicationConnection, start_lsn: int) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+        self.start_lsn = start_lsn
+
+    @classmethod
+    def open(cls, database_url: str, slot: str, status_interval: float) -> ReplicationStream:
+        conn = psycopg2.connect(database_url, connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                                connect_timeout=5, application_name="walfeed-relay")
+        try:
+            cur = conn.cursor()
+            cur.execute(_SLOT, (slot,))
+            row = cur.fetchone()
+            if row is None:
+                raise SlotMissing(slot)
+            start_lsn = wal2json.parse_lsn(row[0])
+            stream = cls(conn, start_lsn)
+            stream._start(slot, status_interval)
+            return stream
+        except psycopg2.errors.ObjectInUse as exc:
+            conn.close()
+            raise SlotBusy(str(exc).strip()) from None
+        except psycopg2.errors.UndefinedObject:
+            conn.close()
+            raise SlotMissing(slot) from None
+        except BaseException:
+            conn.close()
+            raise
+
+    def _start(self, slot: str, status_interval: float) -> None:
+        # start_lsn 0: the server resumes after the slot's confirmed_flush_lsn, resending everything not confirmed.
+        self._cur.start_replication(slot_name=slot, decode=False, options=wal2json.OPTIONS,
+                                    status_interval=status_interval)
+
+    def fileno(self) -> int:
+        return int(self._conn.fileno())
+
+    def read(self) -> bytes | None:
+        """The next message's payload, or None when nothing is buffered (wait on fileno). Non-blocking."""
+        message = self._cur.read_message()
+        return None if message is None else bytes(message.payload)
+
+    @property
+    def wal_end(self) -> int:
+        """The server's position from the last message or keepalive."""
+        return int(self._cur.wal_end)
+
+    def feedback(self, lsn: int) -> None:
+        """Status update: written and flushed up to `lsn` (the slot's confirmed_flush_lsn becomes `lsn`)."""
+        self._cur.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg2.Error):
+            self._conn.close()

@@ -1,0 +1,111 @@
+"""Fixtures of the relay tests: write outbox rows with SQL, watch the events exchange through a test queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pika
+import psycopg
+import pytest
+
+from services.core.topology import Topology
+from tests.harness.infra import Infra
+from tests.harness.processes import Process, Processes
+
+RELAY_ENV = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_RELAY_STATUS_INTERVAL": "1",
+             "WALFEED_RELAY_STANDBY_INTERVAL": "0.5"}
+
+_INSERT = """
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
+FROM generate_series(1, %s) AS g
+RETURNING id
+"""
+
+
+def write_events(database_url: str, count: int, per_txn: int = 1) -> list[str]:
+    """`count` post.created outbox rows in transactions of `per_txn` rows; returns their ids."""
+    ids: list[str] = []
+    with psycopg.connect(database_url) as conn:
+        while len(ids) < count:
+            with conn.transaction():
+                rows = conn.execute(_INSERT, (min(per_txn, count - len(ids)),)).fetchall()
+            ids.extend(str(r[0]) for r in rows)
+    return ids
+
+
+def slot_lsn(database_url: str, slot: str) -> int:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (slot,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def current_lsn(database_url: str) -> int:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@dataclass
+class Received:
+    body: bytes
+    properties: pika.BasicProperties
+    routing_key: str
+
+
+@dataclass
+class Watcher:
+    """Everything published to the events exchange, through `{prefix}.test.all` bound to `#`."""
+
+    conn: pika.BlockingConnection
+    messages: list[Received] = field(default_factory=list)
+
+    def pump(self) -> int:
+        self.conn.process_data_events(time_limit=0.05)
+        return len(self.messages)
+
+    def ids(self) -> list[str]:
+        return [str(m.properties.message_id) for m in self.messages]
+
+    def has_all(self, expected: set[str]) -> bool:
+        self.pump()
+        return expected.issubset(self.ids())
+
+
+@pytest.fixture
+def watcher(infra: Infra, topology: Topology) -> Iterator[Watcher]:
+    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    channel = conn.channel()
+    channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
+    queue = f"{topology.prefix}.test.all"
+    channel.queue_declare(queue, auto_delete=False)
+    channel.queue_bind(queue, topology.events_exchange, "#")
+    channel.basic_qos(prefetch_count=2000)
+    watch = Watcher(conn)
+
+    def on_message(_ch: object, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes) -> None:
+        watch.messages.append(Received(body, props, str(method.routing_key)))
+
+    channel.basic_consume(queue, on_message, auto_ack=True)
+    yield watch
+    try:
+        channel.queue_delete(queue)
+        conn.close()
+    except pika.exceptions.AMQPError:
+        pass
+
+
+@pytest.fixture
+def start_relay(processes: Processes):  # type: ignore[no-untyped-def]
+    def start(name: str = "relay", **env: str) -> Process:
+        return processes.start(name, "relay", env={**RELAY_ENV, **env})
+    return start
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
