@@ -33,16 +33,20 @@ def connect_with_retry(
     base: float = 0.5,
     cap: float = 15.0,
     should_stop: Callable[[], bool] = lambda: False,
+    blocked_connection_timeout: float | None = None,
 ) -> pika.BlockingConnection | None:
     """Connect, retrying with capped backoff while the broker is down (a booting broker is normal).
 
-    Returns None only when `should_stop()` becomes true while waiting.
+    Returns None only when `should_stop()` becomes true while waiting. `blocked_connection_timeout`: close the
+    connection when the broker has blocked it (resource alarm) for that long, instead of waiting forever.
     """
     attempt = 0
     while not should_stop():
         attempt += 1
         try:
-            return pika.BlockingConnection(parameters(url, heartbeat=heartbeat, name=name))
+            params = parameters(url, heartbeat=heartbeat, name=name)
+            params.blocked_connection_timeout = blocked_connection_timeout
+            return pika.BlockingConnection(params)
         except pika.exceptions.AMQPError as exc:
             wait = backoff.delay(attempt, base, cap)
             log.warning("broker unreachable, retrying", extra={"attempt": attempt, "error": repr(exc),
