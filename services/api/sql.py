@@ -100,12 +100,12 @@ own AS (
     WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= %(floor)s
     ORDER BY p.id DESC LIMIT %(limit)s
 ),
-ids AS (
+page AS (
     SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM pending UNION SELECT id FROM own
+    ORDER BY id DESC LIMIT %(limit)s
 )
-SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
-WHERE p.id IN (SELECT id FROM ids)
-ORDER BY p.id DESC LIMIT %(limit)s
+SELECT p.id, p.author_id, p.body, p.created_at FROM page JOIN posts p ON p.id = page.id
+ORDER BY p.id DESC
 """
 
 # Home timeline below the floor (rows may have been trimmed or never backfilled): fan-in from the source of
