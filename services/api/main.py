@@ -6,6 +6,7 @@ Settings: the shared ones (services.core.settings) plus services.api.config (WAL
 from __future__ import annotations
 
 import logging
+import signal
 
 import uvicorn
 
@@ -24,7 +25,13 @@ def run(settings: Settings, host: str, port: int) -> int:
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=20, server_header=False)
     server = uvicorn.Server(config)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler: make that one a
+    # no-op, so a requested stop exits 0 instead of dying by the signal.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
     log.info("api starting", extra={"host": host, "port": port, "max_body_bytes": api.max_body_bytes})
-    server.run()
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     log.info("api stopped")
     return 0

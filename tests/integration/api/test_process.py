@@ -1,0 +1,68 @@
+"""The real `walfeed api` process: serves on its port, answers, stops gracefully on SIGTERM; readiness."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from services.api.app import create_app
+from services.api.config import ApiSettings
+from services.core.settings import Settings
+from tests.harness.processes import Processes, free_port
+from tests.harness.waiting import eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+def test_walfeed_api_process_serves_and_stops_on_sigterm(processes: Processes) -> None:
+    port = free_port()
+    api = processes.start("api", "api", "--port", str(port), env={"WALFEED_API_MAX_BODY_BYTES": "1024"})
+    base = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=base, timeout=10) as client:
+        eventually(lambda: client.get("/readyz").status_code == 200, timeout=30, what="api ready")
+        user = client.post("/v1/users", json={"handle": "proc"}).json()
+        auth = {"Authorization": f"Bearer {user['token']}"}
+        post = client.post("/v1/posts", json={"body": "from a real process"}, headers=auth)
+        assert post.status_code == 201
+        page = client.get("/v1/timeline", headers=auth).json()
+        assert [p["id"] for p in page["items"]] == [post.json()["id"]]
+        big = client.post("/v1/posts", content=b"{" + b" " * 2000 + b"}", headers={
+            **auth, "content-type": "application/json"})
+        assert big.status_code == 413  # the limit came from WALFEED_API_MAX_BODY_BYTES
+        assert 'route="/v1/timeline"' in client.get("/metrics").text
+    assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+
+
+def test_bad_api_setting_stops_at_start_naming_it(processes: Processes) -> None:
+    proc = processes.start("api", "api", "--port", str(free_port()), env={"WALFEED_API_POOL_MAX": "many"})
+    assert proc.wait(timeout=30) == 2
+    assert "WALFEED_API_POOL_MAX" in proc.log()
+
+
+@pytest.fixture
+def unreachable_api(settings: Settings) -> Iterator[str]:
+    broken = dataclasses.replace(settings, database_url="postgresql://postgres@127.0.0.1:1/nowhere")
+    app = create_app(broken, ApiSettings(pool_min=0, pool_max=2, pool_timeout=0.5))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    eventually(lambda: server.started, timeout=20, what="api started")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(20)
+
+
+def test_database_down_is_503_problem_not_500(unreachable_api: str) -> None:
+    with httpx.Client(base_url=unreachable_api, timeout=10) as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.headers["content-type"] == "application/problem+json"
+        signup = client.post("/v1/users", json={"handle": "x"})
+        assert signup.status_code == 503 and signup.json()["status"] == 503
