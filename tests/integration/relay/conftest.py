@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,9 +66,14 @@ class Watcher:
     conn: pika.BlockingConnection
     messages: list[Received] = field(default_factory=list)
 
-    def pump(self) -> int:
-        self.conn.process_data_events(time_limit=0.05)
-        return len(self.messages)
+    def pump(self, budget: float = 1.0) -> int:
+        """Consume what is there (for up to `budget` seconds while messages keep coming)."""
+        deadline = time.monotonic() + budget
+        while True:
+            before = len(self.messages)
+            self.conn.process_data_events(time_limit=0.05)
+            if len(self.messages) == before or time.monotonic() > deadline:
+                return len(self.messages)
 
     def ids(self) -> list[str]:
         return [str(m.properties.message_id) for m in self.messages]
