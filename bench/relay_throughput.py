@@ -1,0 +1,256 @@
+"""Relay throughput and lag benchmark (a script, not a test).
+
+1. Throughput: a backlog of N outbox events (default 100,000) relayed to RabbitMQ, events/s from the first
+   message reaching the queue to the last, versus the ceiling: a bare pika publisher with asynchronous confirms,
+   same window, same body size, same broker, in the same run. Median of --runs runs, ratio relay / ceiling.
+2. Lag: at a steady --rate events/s (default 1,000), commit -> consumer receipt (an upper bound of commit ->
+   broker confirm), p50 and p99.
+
+Creates its own database, slot and AMQP names, and removes them. Usage:
+    .venv/bin/python bench/relay_throughput.py [--events 100000] [--runs 3] [--window 1000] [--rate 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import psycopg
+from psycopg import sql
+
+from services.cdc_relay.confirms import ConfirmBook
+from services.cdc_relay.publisher import Outgoing
+from services.cdc_relay.relay import outgoing
+from services.core.events import Event
+from services.core.migrate import migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN = os.environ.get("WALFEED_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+AMQP = os.environ.get("WALFEED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+INSERT = """
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
+FROM generate_series(%s::int, %s::int) AS g
+"""
+
+
+@contextlib.contextmanager
+def bench_database() -> Iterator[tuple[str, str]]:
+    name, slot = f"walfeed_bench_{uuid.uuid4().hex[:8]}", f"bench_{uuid.uuid4().hex[:8]}"
+    url = psycopg.conninfo.make_conninfo(PG_ADMIN, dbname=name)
+    migrate(url, slot)
+    try:
+        yield url, slot
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                         "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+            for _ in range(50):
+                with contextlib.suppress(psycopg.errors.ObjectInUse):
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    break
+                time.sleep(0.1)
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+class Queue:
+    """A queue bound to `#` on the events exchange, to count what arrived."""
+
+    def __init__(self, prefix: str) -> None:
+        self.exchange, self.name = f"{prefix}.events", f"{prefix}.bench.all"
+        self.conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+        self.ch = self.conn.channel()
+        self.ch.exchange_declare(self.exchange, exchange_type="topic", durable=True)
+        self.ch.queue_declare(self.name)
+        self.ch.queue_bind(self.name, self.exchange, "#")
+
+    def depth(self) -> int:
+        return int(self.ch.queue_declare(self.name, passive=True).method.message_count)
+
+    def purge(self) -> None:
+        self.ch.queue_purge(self.name)
+
+    def close(self) -> None:
+        self.ch.queue_delete(self.name)
+        self.ch.exchange_delete(self.exchange)
+        self.conn.close()
+
+
+def relay_env(url: str, slot: str, prefix: str, window: int) -> dict[str, str]:
+    return {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": AMQP, "WALFEED_AMQP_PREFIX": prefix,
+            "WALFEED_SLOT": slot, "WALFEED_RELAY_WINDOW": str(window), "WALFEED_RELAY_METRICS_PORT": "0",
+            "WALFEED_LOG_LEVEL": "WARNING"}
+
+
+def start_relay(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "services.cli", "relay"], env=env, cwd=ROOT,
+                            stdin=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_depth(queue: Queue, count: int, timeout: float = 900.0) -> float:
+    """Seconds from the first message in the queue to `count` messages."""
+    deadline = time.monotonic() + timeout
+    first: float | None = None
+    while time.monotonic() < deadline:
+        depth = queue.depth()
+        now = time.monotonic()
+        if depth and first is None:
+            first = now
+        if depth >= count:
+            assert first is not None
+            return max(now - first, 1e-6)
+        time.sleep(0.02)
+    raise TimeoutError(f"{queue.name}: fewer than {count} messages after {timeout}s")
+
+
+def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> float:
+    queue.purge()
+    with psycopg.connect(url) as conn:
+        for start in range(1, events + 1, 1000):
+            conn.execute(INSERT, (start, min(start + 999, events)))
+            conn.commit()
+    relay = start_relay(env)
+    try:
+        return events / wait_depth(queue, events)
+    finally:
+        stop(relay)
+
+
+def sample_message() -> Outgoing:
+    event = Event.new("post.created", 12345, {"post_id": 12345, "author_id": 1})
+    return outgoing(event, 0)
+
+
+def ceiling_run(queue: Queue, events: int, window: int) -> float:
+    """A bare pika publisher: persistent, mandatory, async confirms with a window, one thread, nothing else."""
+    queue.purge()
+    message = sample_message()
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    channel = conn.channel()._impl
+    book: ConfirmBook[int] = ConfirmBook()
+    done = [0]
+
+    def on_confirm(frame: pika.frame.Method) -> None:  # type: ignore[name-defined]
+        outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
+        done[0] += len(outcome.confirmed)
+
+    selected: list[bool] = []
+    channel.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _f: selected.append(True))
+    while not selected:
+        conn.process_data_events(time_limit=0.1)
+    props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
+                                 timestamp=message.timestamp, delivery_mode=2)
+    sent = 0
+    started = time.monotonic()
+    while done[0] < events:
+        while sent < events and len(book) < window:
+            channel.basic_publish(queue.exchange, message.routing_key, message.body, props, mandatory=True)
+            book.sent(message.message_id, sent)
+            sent += 1
+        conn.process_data_events(time_limit=0 if sent < events and len(book) < window else 0.01)
+    elapsed = time.monotonic() - started
+    conn.close()
+    return events / elapsed
+
+
+def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:
+    """Commit -> consumer receipt at a steady rate, with the relay running. Returns p50, p99 (ms), count."""
+    committed: dict[str, float] = {}
+    received: dict[str, float] = {}
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    ch = conn.channel()
+    queue = ch.queue_declare(f"{prefix}.bench.lag", exclusive=True).method.queue
+    ch.queue_bind(queue, f"{prefix}.events", "#")
+    ch.basic_consume(queue, lambda _c, _m, p, _b: received.__setitem__(p.message_id, time.time()), auto_ack=True)
+    relay = start_relay(env)
+    stop_flag = threading.Event()
+
+    def consume() -> None:
+        while not stop_flag.is_set():
+            conn.process_data_events(time_limit=0.05)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    try:
+        time.sleep(2.0)  # the relay starts up
+        batch = max(1, rate // 100)  # a commit every 10 ms
+        with psycopg.connect(url) as db:
+            started = time.monotonic()
+            sent = 0
+            while time.monotonic() - started < seconds:
+                rows = db.execute(INSERT.replace("\n", " ") + " RETURNING id", (1, batch)).fetchall()
+                db.commit()
+                now = time.time()
+                for (event_id,) in rows:
+                    committed[str(event_id)] = now
+                sent += batch
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        deadline = time.monotonic() + 30
+        while len(received) < len(committed) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop_flag.set()
+        consumer.join()
+        stop(relay)
+        conn.close()
+    lags = sorted((received[i] - t) * 1000 for i, t in committed.items() if i in received)
+    missing = len(committed) - len(lags)
+    return statistics.median(lags), lags[int(len(lags) * 0.99) - 1], missing
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--lag-seconds", type=float, default=15.0)
+    args = parser.parse_args()
+    prefix = f"bench_{uuid.uuid4().hex[:8]}"
+    print(f"machine: nproc={os.cpu_count()} (shared with other work); events={args.events} window={args.window} "
+          f"body={len(sample_message().body)} bytes")
+    with bench_database() as (url, slot):
+        env = relay_env(url, slot, prefix, args.window)
+        queue = Queue(prefix)
+        try:
+            relay_rates, ceiling_rates = [], []
+            for run in range(args.runs):
+                relay_rates.append(relay_run(url, env, queue, args.events))
+                ceiling_rates.append(ceiling_run(queue, args.events, args.window))
+                print(f"run {run + 1}: relay {relay_rates[-1]:,.0f} ev/s, ceiling {ceiling_rates[-1]:,.0f} ev/s, "
+                      f"ratio {relay_rates[-1] / ceiling_rates[-1]:.2f}", flush=True)
+            relay_med, ceiling_med = statistics.median(relay_rates), statistics.median(ceiling_rates)
+            print(f"median: relay {relay_med:,.0f} ev/s, ceiling {ceiling_med:,.0f} ev/s, "
+                  f"ratio relay/ceiling {relay_med / ceiling_med:.2f} (target >= 0.8)")
+            queue.purge()
+            p50, p99, missing = lag_run(url, env, prefix, args.rate, args.lag_seconds)
+            print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
+                  f"p99 {p99:.1f} ms, missing {missing}")
+        finally:
+            queue.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
