@@ -1,0 +1,45 @@
+"""RabbitMQ adapter of the worker: topology declaration and settling a delivery (retry copy, dead letter, ack)."""
+
+from __future__ import annotations
+
+import pika
+from pika.adapters.blocking_connection import BlockingChannel
+
+from services.core.amqp import declare_events_exchange
+from services.core.topology import Topology
+from services.worker import policy
+
+
+def declare(channel: BlockingChannel, topology: Topology) -> None:
+    """The fan-out queues (docs/adr/0020). Durable; the retry queue dead-letters expired copies back to fanout."""
+    declare_events_exchange(channel, topology)
+    channel.queue_declare(topology.fanout_queue, durable=True)
+    for key in topology.fanout_bindings:
+        channel.queue_bind(topology.fanout_queue, topology.events_exchange, routing_key=key)
+    channel.queue_declare(topology.retry_queue, durable=True, arguments={
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": topology.fanout_queue,
+    })
+    channel.queue_declare(topology.dead_queue, durable=True)
+
+
+def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
+                     expiration: str | None = None) -> pika.BasicProperties:
+    return pika.BasicProperties(
+        message_id=props.message_id, type=props.type, content_type=props.content_type,
+        timestamp=props.timestamp, delivery_mode=pika.DeliveryMode.Persistent, headers=headers,
+        expiration=expiration)
+
+
+def publish_outcome(publisher: BlockingChannel, topology: Topology, outcome: policy.Retry | policy.Dead,
+                    body: bytes, props: pika.BasicProperties) -> None:
+    """Publish the retry copy or the dead letter on a confirming channel; raises if the broker did not take it."""
+    if isinstance(outcome, policy.Retry):
+        headers = policy.copy_headers(props.headers, **{policy.ATTEMPT_HEADER: outcome.attempt,
+                                                        policy.REASON_HEADER: outcome.reason})
+        queue, out = topology.retry_queue, _copy_properties(props, headers, str(outcome.delay_ms))
+    else:
+        headers = policy.copy_headers(props.headers, **{policy.REASON_HEADER: outcome.reason,
+                                                        policy.ATTEMPTS_HEADER: outcome.attempts})
+        queue, out = topology.dead_queue, _copy_properties(props, headers)
+    publisher.basic_publish("", queue, body, out, mandatory=True)

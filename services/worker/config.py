@@ -1,0 +1,50 @@
+"""Settings of `walfeed worker`, read once at start from the environment.
+
+| variable | default | meaning |
+|---|---|---|
+| `WALFEED_WORKER_CONCURRENCY` | `4` | handler threads in this process (several processes may share the queue) |
+| `WALFEED_WORKER_PREFETCH` | `2 x concurrency` | unacked messages handed to this process (>= concurrency) |
+| `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | handler attempts before a message goes to the dead queue |
+| `WALFEED_WORKER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
+| `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
+| `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.core.settings import Env, SettingsError
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    concurrency: int
+    prefetch: int
+    max_attempts: int
+    retry_base: float
+    retry_cap: float
+    metrics_port: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+        env = Env(environ)
+        concurrency = env.int("WALFEED_WORKER_CONCURRENCY", 4, minimum=1, maximum=64)
+        prefetch = env.int("WALFEED_WORKER_PREFETCH", 2 * concurrency, minimum=1, maximum=10_000)
+        if prefetch < concurrency:
+            raise SettingsError(
+                f"WALFEED_WORKER_PREFETCH={prefetch} is below WALFEED_WORKER_CONCURRENCY={concurrency}: "
+                "threads would idle; raise the prefetch or lower the concurrency")
+        base = env.float("WALFEED_WORKER_RETRY_BASE", 0.5, minimum=0.001, maximum=3600.0)
+        cap = env.float("WALFEED_WORKER_RETRY_CAP", 60.0, minimum=0.001, maximum=86_400.0)
+        if cap < base:
+            raise SettingsError(f"WALFEED_WORKER_RETRY_CAP={cap} is below WALFEED_WORKER_RETRY_BASE={base}")
+        return cls(
+            concurrency=concurrency,
+            prefetch=prefetch,
+            max_attempts=env.int("WALFEED_WORKER_MAX_ATTEMPTS", 8, minimum=1, maximum=100),
+            retry_base=base,
+            retry_cap=cap,
+            metrics_port=env.int("WALFEED_WORKER_METRICS_PORT", 9102, minimum=0, maximum=65_535),
+        )

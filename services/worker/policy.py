@@ -1,0 +1,108 @@
+"""The worker's pure decisions: what to do with a message, when to retry, push or pull, when to trim. No I/O."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from services.core import backoff
+from services.core.events import Event, MalformedEvent, decode
+
+ATTEMPT_HEADER: Final = "x-walfeed-attempt"  # 1-based number of the delivery attempt this copy is
+REASON_HEADER: Final = "x-walfeed-reason"  # why the message is in the dead queue (or why it was last retried)
+ATTEMPTS_HEADER: Final = "x-walfeed-attempts"  # attempts made before dead-lettering
+
+# Headers the broker adds when dead-lettering; a republished copy starts without them (see docs/adr/0020).
+_BROKER_HEADERS: Final = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+                          "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason")
+
+# A fan-out checks the recipients of a post for trimming when post_id % TRIM_EVERY == 0: each timeline then
+# exceeds TIMELINE_CAP by about TRIM_EVERY rows between trims, and a trim costs ~1/TRIM_EVERY per insert.
+TRIM_EVERY: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Done (effects committed, or nothing to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    attempt: int  # the attempt number of the copy to publish
+    delay_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Not done, not failed: the process is stopping. Return the message to the queue as it was."""
+
+
+class Interrupted(Exception):  # a signal, not an error
+    """Raised by a long handler between chunks when the process is stopping."""
+
+
+Outcome = Ack | Retry | Dead | Requeue
+ACK: Final = Ack()
+REQUEUE: Final = Requeue()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int
+    base: float
+    cap: float
+
+    def after_failure(self, attempt: int, reason: str, rand: random.Random | None = None) -> Retry | Dead:
+        """The message failed on try `attempt` (1-based): retry later, or give up into the dead queue."""
+        if attempt >= self.max_attempts:
+            return Dead(f"attempts exhausted: {reason}", attempt)
+        delay = backoff.delay(attempt, self.base, self.cap, rand)
+        return Retry(attempt + 1, max(1, round(delay * 1000)), reason)
+
+
+def attempt_of(headers: Mapping[str, object] | None) -> int:
+    value = (headers or {}).get(ATTEMPT_HEADER, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def classify(body: bytes, attempt: int) -> Event | Dead:
+    """A decodable event to handle, or a message that can never succeed (dead at once, with the reason)."""
+    try:
+        return decode(body)
+    except MalformedEvent as exc:
+        return Dead(f"malformed: {exc}", attempt)
+
+
+def copy_headers(headers: Mapping[str, object] | None, **extra: object) -> dict[str, object]:
+    """Headers of a republished copy: the original's minus the broker's dead-letter history, plus `extra`."""
+    kept = {k: v for k, v in (headers or {}).items() if k not in _BROKER_HEADERS}
+    kept.update(extra)
+    return kept
+
+
+def push(follower_count: int, threshold: int) -> bool:
+    """Fan out on write (True) or merge at read time (False): authors at or above the threshold are pulled."""
+    return follower_count < threshold
+
+
+def should_trim(post_id: int) -> bool:
+    return post_id % TRIM_EVERY == 0
+
+
+def backfill_floor(found: int, smallest: int | None, limit: int) -> int | None:
+    """After backfilling `limit` of `found` (asked for limit + 1) posts: the floor to raise to, if older ones exist."""
+    return smallest if found > limit and smallest is not None else None
+
+
+def reason_text(exc: BaseException, limit: int = 500) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,121 @@
+"""Test data for the worker: users, follows and posts written with SQL (as the API would), their events, and the
+SPEC.md section 2 definition to compare timelines against (with the read-time merge of pulled posts)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Any
+
+import pika
+import psycopg
+
+from services.core import events as ev
+from services.core.topology import Topology
+
+Conn = psycopg.Connection[Any]
+
+
+def add_users(conn: Conn, n: int) -> list[int]:
+    start = conn.execute("SELECT coalesce(max(id), 0) FROM users").fetchone()[0]  # type: ignore[index]
+    rows = conn.execute(
+        "INSERT INTO users (handle, token_hash) "
+        "SELECT 'u' || g, sha256(('token' || g)::bytea) FROM generate_series(%s::bigint, %s::bigint) g "
+        "RETURNING id", (start + 1, start + n)).fetchall()
+    conn.commit()
+    return [r[0] for r in rows]
+
+
+def follow(conn: Conn, follower: int, followee: int) -> ev.Event:
+    conn.execute("INSERT INTO follows (follower_id, followee_id) VALUES (%s, %s)", (follower, followee))
+    _count(conn, follower, followee, +1)
+    conn.commit()
+    return ev.Event.new(ev.FOLLOW_CREATED, f"{follower}:{followee}",
+                        {"follower_id": follower, "followee_id": followee})
+
+
+def unfollow(conn: Conn, follower: int, followee: int) -> ev.Event:
+    conn.execute("DELETE FROM follows WHERE follower_id = %s AND followee_id = %s", (follower, followee))
+    _count(conn, follower, followee, -1)
+    conn.commit()
+    return ev.Event.new(ev.FOLLOW_DELETED, f"{follower}:{followee}",
+                        {"follower_id": follower, "followee_id": followee})
+
+
+def _count(conn: Conn, follower: int, followee: int, delta: int) -> None:
+    conn.execute("UPDATE users SET follower_count = follower_count + %s WHERE id = %s", (delta, followee))
+    conn.execute("UPDATE users SET following_count = following_count + %s WHERE id = %s", (delta, follower))
+
+
+def followers_in_bulk(conn: Conn, followee: int, followers: list[int]) -> None:
+    conn.execute("INSERT INTO follows (follower_id, followee_id) SELECT unnest(%s::bigint[]), %s",
+                 (followers, followee))
+    conn.execute("UPDATE users SET follower_count = follower_count + %s WHERE id = %s", (len(followers), followee))
+    conn.commit()
+
+
+def post(conn: Conn, author: int) -> ev.Event:
+    post_id = conn.execute("INSERT INTO posts (author_id, body) VALUES (%s, 'hello') RETURNING id",
+                           (author,)).fetchone()[0]  # type: ignore[index]
+    conn.commit()
+    return ev.Event.new(ev.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
+
+
+def delete_post(conn: Conn, post_id: int, author: int) -> ev.Event:
+    conn.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (post_id,))
+    conn.commit()
+    return ev.Event.new(ev.POST_DELETED, post_id, {"post_id": post_id, "author_id": author})
+
+
+def publish(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology,
+            events: Iterable[ev.Event]) -> None:
+    for event in events:
+        channel.basic_publish(topology.events_exchange, event.type, ev.encode(event), pika.BasicProperties(
+            message_id=str(event.id), type=event.type, content_type=ev.CONTENT_TYPE, delivery_mode=2))
+
+
+def twice_shuffled(events: list[ev.Event], rng: random.Random) -> list[ev.Event]:
+    doubled = events + events
+    rng.shuffle(doubled)
+    return doubled
+
+
+def definition(conn: Conn, user: int) -> list[int]:
+    """SPEC.md section 2: posts of every account the user follows and the user's own, not deleted."""
+    return sorted(r[0] for r in conn.execute(
+        "SELECT p.id FROM posts p WHERE p.deleted_at IS NULL AND (p.author_id = %(u)s OR p.author_id IN "
+        "(SELECT followee_id FROM follows WHERE follower_id = %(u)s))", {"u": user}))
+
+
+def merged(conn: Conn, user: int) -> list[int]:
+    """What a read serves: materialized rows at or above the floor + pulled posts + below the floor from source."""
+    floor = conn.execute("SELECT timeline_floor FROM users WHERE id = %s", (user,)).fetchone()[0]  # type: ignore[index]
+    rows = [r[0] for r in conn.execute(
+        "SELECT post_id FROM timelines WHERE user_id = %s AND post_id >= %s", (user, floor))]
+    pulled = [r[0] for r in conn.execute(
+        "SELECT p.id FROM posts p WHERE p.fanned_out = false AND p.deleted_at IS NULL AND p.id >= %(f)s AND "
+        "(p.author_id = %(u)s OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = %(u)s))",
+        {"u": user, "f": floor})]
+    below = [p for p in definition(conn, user) if p < floor]
+    return sorted(rows + pulled + below)
+
+
+def problems(conn: Conn) -> list[str]:
+    """Every user's merged timeline against the definition; stray rows anywhere; undecided live posts."""
+    found = []
+    for (user,) in conn.execute("SELECT id FROM users ORDER BY id").fetchall():
+        want, got = definition(conn, user), merged(conn, user)
+        if want != got:
+            found.append(f"user {user}: missing {sorted(set(want) - set(got))}, extra {sorted(set(got) - set(want))}"
+                         f", twice {sorted({p for p in got if got.count(p) > 1})}")
+    stray = conn.execute(
+        "SELECT t.user_id, t.post_id FROM timelines t JOIN posts p ON p.id = t.post_id "
+        "WHERE p.deleted_at IS NOT NULL OR NOT (p.author_id = t.user_id OR EXISTS (SELECT 1 FROM follows f "
+        "WHERE f.follower_id = t.user_id AND f.followee_id = p.author_id)) LIMIT 5").fetchall()
+    if stray:
+        found.append(f"stray rows {stray}")
+    undecided = conn.execute("SELECT id FROM posts WHERE fanned_out IS NULL AND deleted_at IS NULL").fetchall()
+    if undecided:
+        found.append(f"undecided posts {undecided}")
+    conn.rollback()
+    return found
