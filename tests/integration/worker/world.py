@@ -51,6 +51,7 @@ def followers_in_bulk(conn: Conn, followee: int, followers: list[int]) -> None:
     conn.execute("INSERT INTO follows (follower_id, followee_id) SELECT unnest(%s::bigint[]), %s",
                  (followers, followee))
     conn.execute("UPDATE users SET follower_count = follower_count + %s WHERE id = %s", (len(followers), followee))
+    conn.execute("UPDATE users SET following_count = following_count + 1 WHERE id = ANY(%s)", (followers,))
     conn.commit()
 
 

@@ -1,0 +1,111 @@
+"""The consumer in-process on a real broker and database, with injected handler failures: retries through the
+retry queue, dead letters with reasons, nothing blocked behind a failing message."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pika
+import pika.exceptions
+import psycopg
+import pytest
+
+from services.core import events as ev
+from services.core.db import make_pool
+from services.core.topology import Topology
+from services.worker import policy
+from services.worker.consumer import Session
+from services.worker.fanout import Effects
+from services.worker.processing import Processor, Result
+from tests.harness.infra import Infra
+from tests.harness.waiting import eventually
+from tests.integration.worker import world
+from tests.integration.worker.conftest import dead_letters, drained
+
+pytestmark = pytest.mark.integration
+
+Channel = pika.adapters.blocking_connection.BlockingChannel
+
+
+class FlakyHandler:
+    """Wraps the real effects; raises for chosen events a number of times (None = always)."""
+
+    def __init__(self, effects: Effects, failures: dict[str, int | None]) -> None:
+        self._effects = effects
+        self._failures = failures
+        self.applied: list[str] = []
+        self.attempts: list[tuple[str, int]] = []
+
+    def __call__(self, event: ev.Event) -> str:
+        left = self._failures.get(str(event.id), 0)
+        if left is None or left > 0:
+            if left is not None:
+                self._failures[str(event.id)] = left - 1
+            raise RuntimeError(f"injected failure for {event.id}")
+        label = self._effects.handle(event)
+        self.applied.append(str(event.id))
+        return label
+
+
+@contextlib.contextmanager
+def running_consumer(infra: Infra, database_url: str, topology: Topology,
+                     failures: dict[str, int | None]) -> Iterator[FlakyHandler]:
+    pool = make_pool(database_url, max_size=2, name="test-consumer")
+    pool.open()
+    handler = FlakyHandler(Effects(pool, 10_000), failures)
+    processor = Processor(handler, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
+
+    def work(body: bytes, headers: Mapping[str, object] | None) -> Result:
+        result = processor(body, headers)
+        handler.attempts.append((result.event_id or "", policy.attempt_of(headers)))
+        return result
+
+    stopping = threading.Event()
+    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    with ThreadPoolExecutor(2) as executor:
+        session = Session(conn, topology, work, executor, prefetch=4, stopping=stopping)
+        thread = threading.Thread(target=session.run)
+        thread.start()
+        try:
+            yield handler
+        finally:
+            stopping.set()
+            thread.join(30)
+            conn.close()
+            pool.close()
+
+
+def test_fail_twice_then_succeed_is_applied_once_and_nothing_waits_behind_it(
+        infra: Infra, database_url: str, db: psycopg.Connection[Any], channel: Channel, topology: Topology) -> None:
+    author, fan = world.add_users(db, 2)
+    follow = world.follow(db, fan, author)
+    flaky, behind = world.post(db, author), world.post(db, author)
+    world.publish(channel, topology, [follow, flaky, behind])
+    with running_consumer(infra, database_url, topology, {str(flaky.id): 2}) as handler:
+        eventually(lambda: str(flaky.id) in handler.applied and drained(channel, topology), what="flaky applied")
+    assert handler.applied.count(str(flaky.id)) == 1
+    assert [a for e, a in handler.attempts if e == str(flaky.id)] == [1, 2, 3]
+    assert handler.applied.index(str(behind.id)) < handler.applied.index(str(flaky.id))
+    assert dead_letters(channel, topology) == []
+    assert world.problems(db) == []
+
+
+def test_a_handler_that_always_raises_is_dead_lettered_and_others_proceed(
+        infra: Infra, database_url: str, db: psycopg.Connection[Any], channel: Channel, topology: Topology) -> None:
+    author, fan = world.add_users(db, 2)
+    broken = world.post(db, author)
+    behind = [world.follow(db, fan, author), world.post(db, author)]
+    world.publish(channel, topology, [broken, *behind])
+    letters: list[tuple[pika.BasicProperties, bytes]] = []
+    with running_consumer(infra, database_url, topology, {str(broken.id): None}) as handler:
+        eventually(lambda: letters.extend(dead_letters(channel, topology)) or letters, what="dead letter")
+        eventually(lambda: {str(e.id) for e in behind} <= set(handler.applied), what="others applied")
+    (props, body), = letters
+    assert props.message_id == str(broken.id) and body == ev.encode(broken)
+    assert props.headers[policy.ATTEMPTS_HEADER] == 4
+    assert props.headers[policy.REASON_HEADER] == f"attempts exhausted: RuntimeError: injected failure for {broken.id}"
+    assert "x-death" not in props.headers

@@ -1,0 +1,143 @@
+"""The worker's database effects in-process against a real database: reordering, races between chunks, backfill
+with the floor, the cap, the once-only push/pull decision."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from services.core import events as ev
+from services.core.db import make_pool
+from services.core.feed import BACKFILL_LIMIT
+from services.worker import fanout
+from services.worker.fanout import Effects
+from tests.harness.waiting import eventually
+from tests.integration.worker import world
+
+pytestmark = pytest.mark.integration
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[ConnectionPool]:
+    p = make_pool(database_url, min_size=1, max_size=3, name="test-worker")
+    p.open()
+    yield p
+    p.close()
+
+
+def effects(pool: ConnectionPool, between_chunks: Callable[[], None] = lambda: None, **kw: Any) -> Effects:
+    def hook() -> bool:
+        between_chunks()
+        return False
+    return Effects(pool, kw.pop("threshold", 10_000), should_stop=hook, **kw)
+
+
+def test_post_deleted_between_chunks_of_its_fanout_leaves_no_rows(db: Conn, pool: ConnectionPool) -> None:
+    author, *fans = world.add_users(db, 7)
+    world.followers_in_bulk(db, author, fans)
+    created = world.post(db, author)
+    calls = []
+
+    def delete_once() -> None:
+        if not calls:
+            calls.append(1)
+            effects(pool).handle(world.delete_post(db, created.payload["post_id"], author))
+
+    assert effects(pool, delete_once, chunk_size=2).handle(created) == "deleted"
+    assert world.problems(db) == []
+    assert db.execute("SELECT count(*) FROM timelines").fetchone() == (0,)
+
+
+def test_unfollow_processed_during_a_fanout_converges(db: Conn, pool: ConnectionPool) -> None:
+    author, *fans = world.add_users(db, 7)
+    world.followers_in_bulk(db, author, fans)
+    created = world.post(db, author)
+    done = []
+
+    def unfollow_two() -> None:  # one follower already covered by a chunk, one not yet
+        if not done:
+            done.append(1)
+            for fan in (fans[0], fans[-1]):
+                effects(pool).handle(world.unfollow(db, fan, author))
+
+    assert effects(pool, unfollow_two, chunk_size=2).handle(created) == "pushed"
+    assert world.problems(db) == []
+
+
+def test_fanout_chunk_holding_the_author_lock_makes_follow_deleted_wait(db: Conn, pool: ConnectionPool,
+                                                                         database_url: str) -> None:
+    author, fan = world.add_users(db, 2)
+    world.follow(db, fan, author)
+    created = world.post(db, author)
+    db.execute("UPDATE posts SET fanned_out = true WHERE id = %s", (created.payload["post_id"],))
+    db.commit()
+    with psycopg.connect(database_url) as chunk:  # a chunk whose snapshot still saw the follow
+        chunk.execute("SELECT pg_advisory_xact_lock_shared(%s)", (author,))
+        for user in (author, fan):
+            chunk.execute("INSERT INTO timelines VALUES (%s, %s, %s)", (user, created.payload["post_id"], author))
+        unfollowed = world.unfollow(db, fan, author)
+        worker = threading.Thread(target=effects(pool).handle, args=(unfollowed,))
+        worker.start()
+        eventually(lambda: db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                   .fetchone() == (1,), what="follow.deleted waiting for the chunk")
+        db.rollback()
+        chunk.commit()
+    worker.join(10)
+    assert world.problems(db) == []
+
+
+def test_follow_deleted_before_follow_created_leaves_nothing(db: Conn, pool: ConnectionPool) -> None:
+    author, fan = world.add_users(db, 2)
+    created = world.follow(db, fan, author)
+    posted = world.post(db, author)
+    effects(pool).handle(posted)
+    deleted = world.unfollow(db, fan, author)
+    assert effects(pool).handle(deleted) == "removed"
+    assert effects(pool).handle(created) == "gone"
+    assert world.problems(db) == []
+
+
+def test_backfill_copies_the_newest_pushed_posts_and_raises_the_floor(db: Conn, pool: ConnectionPool) -> None:
+    author, fan = world.add_users(db, 2)
+    db.execute("INSERT INTO posts (author_id, body, fanned_out) SELECT %s, 'p', g %% 10 <> 0 "
+               "FROM generate_series(1, %s) g", (author, BACKFILL_LIMIT * 2))
+    db.commit()
+    follow = world.follow(db, fan, author)
+    assert effects(pool).handle(follow) == "backfilled"
+    assert effects(pool).handle(follow) == "duplicate"
+    rows = [r[0] for r in db.execute("SELECT post_id FROM timelines WHERE user_id = %s ORDER BY post_id", (fan,))]
+    pushed = [r[0] for r in db.execute("SELECT id FROM posts WHERE fanned_out ORDER BY id DESC LIMIT %s",
+                                       (BACKFILL_LIMIT,))]
+    assert rows == sorted(pushed)
+    assert db.execute("SELECT timeline_floor FROM users WHERE id = %s", (fan,)).fetchone() == (min(pushed),)
+    assert world.merged(db, fan) == world.definition(db, fan)
+
+
+def test_trim_keeps_the_newest_rows_and_raises_the_floor(db: Conn) -> None:
+    author, fan, other = world.add_users(db, 3)
+    db.execute("INSERT INTO timelines SELECT %s, g, %s FROM generate_series(1, 30) g", (fan, author))
+    db.execute("INSERT INTO timelines SELECT %s, g, %s FROM generate_series(1, 5) g", (other, author))
+    assert fanout.trim(db, [fan, other], cap=10) == 1
+    assert db.execute("SELECT min(post_id), count(*) FROM timelines WHERE user_id = %s", (fan,)).fetchone() == (21, 10)
+    floors = db.execute("SELECT timeline_floor FROM users WHERE id IN (%s, %s) ORDER BY id", (fan, other)).fetchall()
+    assert floors == [(21,), (0,)]
+
+
+def test_push_or_pull_is_decided_once_per_post(db: Conn, pool: ConnectionPool) -> None:
+    author, fan = world.add_users(db, 2)
+    world.follow(db, fan, author)
+    posted = world.post(db, author)
+    assert effects(pool, threshold=2).handle(posted) == "pushed"
+    db.execute("UPDATE users SET follower_count = 5 WHERE id = %s", (author,))
+    db.commit()
+    again = ev.Event.new(ev.POST_CREATED, posted.aggregate_id, posted.payload)  # a re-published copy, new id
+    assert effects(pool, threshold=2).handle(again) == "pushed"
+    assert effects(pool, threshold=2).handle(world.post(db, author)) == "pulled"
+    assert world.problems(db) == []
