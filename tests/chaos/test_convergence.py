@@ -3,7 +3,8 @@ restarts, blocks and cuts everything; then nothing may be lost and every timelin
 
 Sizes come from the environment so CI runs a short version and an operator a long one:
   WALFEED_CHAOS_SECONDS (default 40), WALFEED_CHAOS_FAULTS (default 6),
-  WALFEED_CHAOS_SEED (default 1; "random" draws one, printed so the run can be replayed).
+  WALFEED_CHAOS_SEED (default 1; "random" draws one, printed so the run can be replayed),
+  WALFEED_CHAOS_KINDS (comma-separated fault kinds, default all of tests/chaos/schedule.py FAULTS).
   python -m pytest tests/chaos -m chaos -s   # with WALFEED_CHAOS_SECONDS=300 WALFEED_CHAOS_FAULTS=25
 """
 
@@ -25,7 +26,7 @@ import pytest
 from services.core.topology import Topology
 from tests.chaos.check import classify_delivery, diff_timelines, expected_timelines
 from tests.chaos.faults import NORMAL_WATERMARK, Targets, _run
-from tests.chaos.schedule import make_schedule
+from tests.chaos.schedule import FAULTS, make_schedule
 from tests.chaos.workload import Account, Acknowledged, client, sign_up
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
@@ -83,7 +84,8 @@ def test_the_system_converges_with_nothing_lost(
     count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "6"))
     seed_text = os.environ.get("WALFEED_CHAOS_SEED", "1")
     seed = random.randrange(2**32) if seed_text == "random" else int(seed_text)
-    schedule = make_schedule(seed, seconds, count)
+    kinds = tuple(k for k in os.environ.get("WALFEED_CHAOS_KINDS", ",".join(FAULTS)).split(",") if k)
+    schedule = make_schedule(seed, seconds, count, kinds)
     print(f"\nchaos: seed={seed} seconds={seconds} faults={count} (replay: WALFEED_CHAOS_SEED={seed})")
 
     pg = psycopg.conninfo.conninfo_to_dict(database_url)
