@@ -1,8 +1,13 @@
-"""Request dependencies: a pooled connection per request and the authenticated caller."""
+"""Request plumbing: the bearer token (checked for shape without I/O), a pooled connection, and the caller.
+
+Database work runs in the route handler's one worker thread: dependencies here do no blocking I/O, so a
+request costs one thread-pool hop, not one per dependency.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, cast
 
 import psycopg
@@ -17,33 +22,40 @@ from services.api.problems import ApiError, unauthorized
 _bearer = HTTPBearer(auto_error=False, description="the token returned by POST /v1/users")
 
 
-def pool(request: Request) -> ConnectionPool:
-    return request.app.state.pool  # type: ignore[no-any-return]
+async def bearer(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+    header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
+    token = tokens.bearer_token(header)
+    if token is None:
+        raise unauthorized("send Authorization: Bearer <token> (the token from POST /v1/users)")
+    return token
 
 
-def connection(request: Request) -> Iterator[store.Conn]:
+Token = Annotated[str, Depends(bearer)]
+
+
+@contextmanager
+def database(request: Request) -> Iterator[store.Conn]:
+    """A pooled connection in autocommit mode (writes open explicit transactions); 503 when unavailable."""
+    pool: ConnectionPool = request.app.state.pool
     try:
-        with pool(request).connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
-            conn.autocommit = True  # writes open explicit transactions
+        with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
+            conn.autocommit = True
             yield cast(store.Conn, conn)  # make_pool sets row_factory=dict_row
     except (PoolTimeout, psycopg.OperationalError) as exc:
         raise ApiError(503, "the database is unavailable; retry later", "database-unavailable",
                        {"Retry-After": "1"}) from exc
 
 
-Db = Annotated[store.Conn, Depends(connection)]
-
-
-def caller(db: Db, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> int:
+def authenticate(db: store.Conn, token: str) -> int:
     """The id of the user whose bearer token this is; 401 otherwise."""
-    header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
-    token = tokens.bearer_token(header)
-    if token is None:
-        raise unauthorized("send Authorization: Bearer <token> (the token from POST /v1/users)")
     row = store.authenticate(db, tokens.token_hash(token))
     if row is None or not tokens.matches(row["token_hash"], token):
         raise unauthorized("the bearer token is not valid")
     return int(row["id"])
 
 
-Caller = Annotated[int, Depends(caller)]
+@contextmanager
+def session(request: Request, token: str) -> Iterator[tuple[store.Conn, int]]:
+    """A connection and the authenticated caller's id."""
+    with database(request) as db:
+        yield db, authenticate(db, token)

@@ -57,7 +57,8 @@ def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) -> boo
 
 def create_post(conn: Conn, author: int, body: str, key: str | None, request_hash: bytes | None) -> tuple[Row, bool]:
     """(post, created). With a key already used by this author: (the original post with its request_hash, False)."""
-    with conn.transaction():
+    # Pipeline mode: [BEGIN, INSERT post] then [INSERT outbox, COMMIT]: two round trips, not four.
+    with conn.pipeline(), conn.transaction():
         row = conn.execute(sql.INSERT_POST, {"author": author, "body": body, "key": key,
                                              "hash": request_hash}).fetchone()
         if row is not None:

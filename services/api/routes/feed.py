@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from services.api import store
-from services.api.deps import Caller, Db
+from services.api.deps import Token, session
 from services.api.models import Page
 from services.api.routes import AUTH, INVALID, UNAVAILABLE, CursorParam, Limit
 from services.api.routes.posts import decode_cursor, page
@@ -17,7 +17,9 @@ KIND = "home"
 
 @router.get("/timeline", response_model=Page, tags=["timeline"],
             responses={400: {"description": "malformed cursor"}})
-def timeline(db: Db, me: Caller, limit: Limit = 20, cursor: CursorParam = None) -> Page:
+def timeline(token: Token, request: Request, limit: Limit = 20, cursor: CursorParam = None) -> Page:
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates."""
     before = decode_cursor(KIND, cursor)
-    return page(KIND, store.home_timeline(db, me, before, limit + 1), limit)
+    with session(request, token) as (db, me):
+        rows = store.home_timeline(db, me, before, limit + 1)
+    return page(KIND, rows, limit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from services.api import store, tokens
-from services.api.deps import Caller, Db
+from services.api.deps import Token, database, session
 from services.api.models import CreatedUser, NewUser, User
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BODY, INVALID, NOT_FOUND, UNAVAILABLE, Id
@@ -15,18 +15,20 @@ router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
              responses={**BODY, 409: {"description": "handle taken"}})
-def create_user(new: NewUser, db: Db) -> CreatedUser:
+def create_user(new: NewUser, request: Request) -> CreatedUser:
     """Sign up. The token in the reply is the only copy: only its hash is stored."""
     token = tokens.new_token()
-    row = store.create_user(db, new.handle, tokens.token_hash(token))
+    with database(request) as db:
+        row = store.create_user(db, new.handle, tokens.token_hash(token))
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
-def get_user(user_id: Id, db: Db, _: Caller, request: Request) -> User:
-    row = store.get_user(db, user_id)
+def get_user(user_id: Id, token: Token, request: Request) -> User:
+    with session(request, token) as (db, _):
+        row = store.get_user(db, user_id)
     if row is None:
         raise ApiError(404, f"no user {user_id}")
     threshold = request.app.state.settings.celebrity_threshold
@@ -36,19 +38,21 @@ def get_user(user_id: Id, db: Db, _: Caller, request: Request) -> User:
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
             responses={**AUTH, **NOT_FOUND})
-def follow(user_id: Id, db: Db, me: Caller) -> Response:
+def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
-    if user_id == me:
-        raise ApiError(422, "you cannot follow yourself", "self-follow")
-    if store.set_follow(db, me, user_id, follow=True) is None:
-        raise ApiError(404, f"no user {user_id}")
+    with session(request, token) as (db, me):
+        if user_id == me:
+            raise ApiError(422, "you cannot follow yourself", "self-follow")
+        if store.set_follow(db, me, user_id, follow=True) is None:
+            raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)
 
 
 @router.delete("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
                responses={**AUTH, **NOT_FOUND})
-def unfollow(user_id: Id, db: Db, me: Caller) -> Response:
+def unfollow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller stops following user_id. Idempotent."""
-    if user_id != me and store.set_follow(db, me, user_id, follow=False) is None:
-        raise ApiError(404, f"no user {user_id}")
+    with session(request, token) as (db, me):
+        if user_id != me and store.set_follow(db, me, user_id, follow=False) is None:
+            raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)
