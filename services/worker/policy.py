@@ -18,9 +18,10 @@ ATTEMPTS_HEADER: Final = "x-walfeed-attempts"  # attempts made before dead-lette
 _BROKER_HEADERS: Final = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
                           "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason")
 
-# A fan-out checks the recipients of a post for trimming when post_id % TRIM_EVERY == 0: each timeline then
-# exceeds TIMELINE_CAP by about TRIM_EVERY rows between trims, and a trim costs ~1/TRIM_EVERY per insert.
-TRIM_EVERY: Final = 64
+# A fan-out checks the recipients of a post for trimming when post_id % TRIM_EVERY == 0: a timeline then holds
+# about TIMELINE_CAP + TRIM_EVERY rows at most between trims (a quarter over the cap), and the check (an index scan
+# of about TIMELINE_CAP entries per recipient) costs about TIMELINE_CAP / TRIM_EVERY index reads per inserted row.
+TRIM_EVERY: Final = 200
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,20 +52,24 @@ class FlakyHandler:
 
 
 @contextlib.contextmanager
-def running_consumer(infra: Infra, database_url: str, topology: Topology,
-                     failures: dict[str, int | None]) -> Iterator[FlakyHandler]:
+def running_consumer(infra: Infra, database_url: str, topology: Topology, failures: dict[str, int | None],
+                     heartbeat: int = 30, slow: threading.Event | None = None) -> Iterator[FlakyHandler]:
     pool = make_pool(database_url, max_size=2, name="test-consumer")
     pool.open()
     handler = FlakyHandler(Effects(pool, 10_000), failures)
     processor = Processor(handler, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
 
     def work(body: bytes, headers: Mapping[str, object] | None) -> Result:
+        if slow is not None:
+            slow.wait(6)  # a handler busy for several heartbeat intervals (a 100k-follower fan-out)
         result = processor(body, headers)
         handler.attempts.append((result.event_id or "", policy.attempt_of(headers)))
         return result
 
     stopping = threading.Event()
-    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    params = pika.URLParameters(infra.amqp_url)
+    params.heartbeat = heartbeat
+    conn = pika.BlockingConnection(params)
     with ThreadPoolExecutor(2) as executor:
         session = Session(conn, topology, work, executor, prefetch=4, stopping=stopping)
         thread = threading.Thread(target=session.run)
@@ -109,3 +113,14 @@ def test_a_handler_that_always_raises_is_dead_lettered_and_others_proceed(
     assert props.headers[policy.ATTEMPTS_HEADER] == 4
     assert props.headers[policy.REASON_HEADER] == f"attempts exhausted: RuntimeError: injected failure for {broken.id}"
     assert "x-death" not in props.headers
+
+
+def test_heartbeats_flow_while_a_handler_works_for_several_heartbeat_intervals(
+        infra: Infra, database_url: str, db: psycopg.Connection[Any], channel: Channel, topology: Topology) -> None:
+    author, fan = world.add_users(db, 2)
+    events = [world.follow(db, fan, author), world.post(db, author)]
+    world.publish(channel, topology, events)
+    busy = threading.Event()  # never set: each handler call blocks its full 6 s, the broker expects beats every 1 s
+    with running_consumer(infra, database_url, topology, {}, heartbeat=1, slow=busy) as handler:
+        eventually(lambda: len(handler.applied) == 2 and drained(channel, topology), timeout=30, what="applied")
+    assert world.problems(db) == []

@@ -69,7 +69,7 @@ def test_duplicated_shuffled_events_converge_to_the_definition(
 
 
 @pytest.mark.slow
-def test_sigkill_mid_fanout_then_restart_completes_without_duplicates(
+def test_sigkill_and_sigterm_mid_fanout_then_restart_completes_without_duplicates(
         db: psycopg.Connection[Any], channel: Channel, topology: Topology, processes: Processes) -> None:
     author, *followers = world.add_users(db, 50_001)
     world.followers_in_bulk(db, author, followers)
@@ -87,8 +87,12 @@ def test_sigkill_mid_fanout_then_restart_completes_without_duplicates(
     eventually(lambda: rows() >= 5_000, timeout=60, interval=0.01, what="fan-out under way")
     worker.kill()
     assert rows() < total, "the fan-out finished before the kill: the test proves nothing"
-    processes.start("worker2", "worker", env=env)
-    eventually(lambda: rows() == total, timeout=180, what="fan-out completed after restart")
+    killed_at = rows()
+    second = processes.start("worker2", "worker", env=env)
+    eventually(lambda: rows() >= min(total, killed_at + 5_000), timeout=60, interval=0.01, what="resumed")
+    assert second.stop(signal.SIGTERM) == 0, second.log()  # mid-fan-out: stops between chunks, returns the message
+    processes.start("worker3", "worker", env=env)
+    eventually(lambda: rows() == total, timeout=180, what="fan-out completed after restarts")
     _settle_and_stop(processes, channel, topology)
     distinct = db.execute("SELECT count(DISTINCT (user_id, post_id)) FROM timelines").fetchone()[0]  # type: ignore[index]
     assert rows() == distinct == total
