@@ -11,7 +11,7 @@ from services.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("cdc",)
+SOURCES = ("cdc", "poll")
 
 
 def run(settings: Settings, source: str) -> int:
@@ -20,6 +20,10 @@ def run(settings: Settings, source: str) -> int:
         return 2
     relay_settings = RelaySettings.from_env()
     metrics.serve(relay_settings.metrics_port)
+    if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
+        from services.cdc_relay import poll
+
+        return poll.run(settings, relay_settings)
     probe = metrics.SlotLagProbe(settings.database_url, settings.slot, relay_settings.lag_interval)
     probe.start()
     try:

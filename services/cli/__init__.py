@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
 
     relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
-    relay.add_argument("--source", choices=["cdc"], default="cdc", help="where events come from")
+    relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
     sub.add_parser("migrate", help="apply db/init/*.sql and create the replication slot; safe to run twice")
