@@ -3,6 +3,7 @@ test's own database), an httpx client, a direct database connection, and sign-up
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import httpx
 import psycopg
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from psycopg.rows import dict_row
 
 from services.api.app import create_app
@@ -22,17 +24,25 @@ from tests.harness.waiting import eventually
 MAX_BODY = 4096
 
 
-@pytest.fixture
-def api_url(settings: Settings) -> Iterator[str]:
-    app = create_app(settings, ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8, pool_timeout=5))
+@contextlib.contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Serve `app` with uvicorn in a thread of this process on a free port; yields the base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
     thread = threading.Thread(target=server.run, name="api-under-test", daemon=True)
     thread.start()
     eventually(lambda: server.started, timeout=20, what="in-process api to start")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(20)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+@pytest.fixture
+def api_url(settings: Settings) -> Iterator[str]:
+    with serve(create_app(settings, ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8))) as url:
+        yield url
 
 
 @pytest.fixture

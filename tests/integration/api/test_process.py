@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.core.settings import Settings
 from tests.harness.processes import Processes, free_port
 from tests.harness.waiting import eventually
+from tests.integration.api.conftest import serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -48,15 +47,8 @@ def test_bad_api_setting_stops_at_start_naming_it(processes: Processes) -> None:
 @pytest.fixture
 def unreachable_api(settings: Settings) -> Iterator[str]:
     broken = dataclasses.replace(settings, database_url="postgresql://postgres@127.0.0.1:1/nowhere")
-    app = create_app(broken, ApiSettings(pool_min=0, pool_max=2, pool_timeout=0.5))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    eventually(lambda: server.started, timeout=20, what="api started")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(20)
+    with serve(create_app(broken, ApiSettings(pool_min=0, pool_max=2, pool_timeout=0.5))) as url:
+        yield url
 
 
 def test_database_down_is_503_problem_not_500(unreachable_api: str) -> None:
