@@ -2,12 +2,16 @@
 
 1. Throughput: a backlog of N outbox events (default 100,000) relayed to RabbitMQ, events/s from the first
    message reaching the queue to the last, versus the ceiling: a bare pika publisher with asynchronous confirms,
-   same window, same body size, same broker, in the same run. Median of --runs runs, ratio relay / ceiling.
+   same window, same body size, same broker, in the same run. The runs are interleaved in --pairs pairs (relay,
+   ceiling, relay, ceiling...) so that a change of load on the shared machine hits both alike; the result is the
+   median of the per-pair ratios relay / ceiling (and the medians of each side). CPU seconds per event of the
+   relay process (both threads, from its first message to its last) and of the ceiling are printed too: on a
+   2-core machine shared with the broker they decide most of the ratio.
 2. Lag: at a steady --rate events/s (default 1,000), commit -> consumer receipt (an upper bound of commit ->
    broker confirm), p50 and p99.
 
 Creates its own database, slot and AMQP names, and removes them. Usage:
-    .venv/bin/python bench/relay_throughput.py [--events 100000] [--runs 3] [--window 1000] [--rate 1000]
+    .venv/bin/python bench/relay_throughput.py [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pika
@@ -106,7 +111,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def wait_depth(queue: Queue, count: int, timeout: float = 900.0) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_depth(queue: Queue, count: int, timeout: float = 900.0, on_first: Callable[[], None] = lambda: None) -> float:
     """Seconds from the first message in the queue to `count` messages."""
     deadline = time.monotonic() + timeout
     first: float | None = None
@@ -115,6 +127,7 @@ def wait_depth(queue: Queue, count: int, timeout: float = 900.0) -> float:
         now = time.monotonic()
         if depth and first is None:
             first = now
+            on_first()
         if depth >= count:
             assert first is not None
             return max(now - first, 1e-6)
@@ -122,15 +135,24 @@ def wait_depth(queue: Queue, count: int, timeout: float = 900.0) -> float:
     raise TimeoutError(f"{queue.name}: fewer than {count} messages after {timeout}s")
 
 
-def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> float:
+@dataclass(frozen=True)
+class Run:
+    rate: float  # events/s
+    cpu_per_event: float  # CPU seconds of the publishing process per event
+
+
+def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
     queue.purge()
     with psycopg.connect(url) as conn:
+        conn.execute("TRUNCATE outbox")  # not decoded (actions=insert): keeps the database small across runs
         for start in range(1, events + 1, 1000):
             conn.execute(INSERT, (start, min(start + 999, events)))
             conn.commit()
     relay = start_relay(env)
     try:
-        return events / wait_depth(queue, events)
+        cpu_at_first: list[float] = []
+        seconds = wait_depth(queue, events, on_first=lambda: cpu_at_first.append(cpu_seconds(relay.pid)))
+        return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events)
     finally:
         stop(relay)
 
@@ -140,7 +162,7 @@ def sample_message() -> Outgoing:
     return outgoing(event, 0)
 
 
-def ceiling_run(queue: Queue, events: int, window: int) -> float:
+def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     """A bare pika publisher: persistent, mandatory, async confirms with a window, one thread, nothing else."""
     queue.purge()
     message = sample_message()
@@ -149,7 +171,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> float:
     book: ConfirmBook[int] = ConfirmBook()
     done = [0]
 
-    def on_confirm(frame: pika.frame.Method) -> None:  # type: ignore[name-defined]
+    def on_confirm(frame: pika.frame.Method) -> None:
         outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
         done[0] += len(outcome.confirmed)
 
@@ -160,16 +182,16 @@ def ceiling_run(queue: Queue, events: int, window: int) -> float:
     props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
                                  timestamp=message.timestamp, delivery_mode=2)
     sent = 0
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     while done[0] < events:
         while sent < events and len(book) < window:
             channel.basic_publish(queue.exchange, message.routing_key, message.body, props, mandatory=True)
             book.sent(message.message_id, sent)
             sent += 1
         conn.process_data_events(time_limit=0 if sent < events and len(book) < window else 0.01)
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
     conn.close()
-    return events / elapsed
+    return Run(events / elapsed, cpu / events)
 
 
 def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:
@@ -219,36 +241,49 @@ def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: floa
     return statistics.median(lags), lags[int(len(lags) * 0.99) - 1], missing
 
 
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=5, help="interleaved (relay, ceiling) pairs")
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--lag-seconds", type=float, default=15.0)
     args = parser.parse_args()
     prefix = f"bench_{uuid.uuid4().hex[:8]}"
-    print(f"machine: nproc={os.cpu_count()} (shared with other work); events={args.events} window={args.window} "
-          f"body={len(sample_message().body)} bytes")
+    print(f"machine: nproc={os.cpu_count()} (shared with other work), {load()} before; events={args.events} "
+          f"window={args.window} body={len(sample_message().body)} bytes pairs={args.pairs}")
     with bench_database() as (url, slot):
         env = relay_env(url, slot, prefix, args.window)
         queue = Queue(prefix)
         try:
-            relay_rates, ceiling_rates = [], []
-            for run in range(args.runs):
-                relay_rates.append(relay_run(url, env, queue, args.events))
-                ceiling_rates.append(ceiling_run(queue, args.events, args.window))
-                print(f"run {run + 1}: relay {relay_rates[-1]:,.0f} ev/s, ceiling {ceiling_rates[-1]:,.0f} ev/s, "
-                      f"ratio {relay_rates[-1] / ceiling_rates[-1]:.2f}", flush=True)
-            relay_med, ceiling_med = statistics.median(relay_rates), statistics.median(ceiling_rates)
-            print(f"median: relay {relay_med:,.0f} ev/s, ceiling {ceiling_med:,.0f} ev/s, "
-                  f"ratio relay/ceiling {relay_med / ceiling_med:.2f} (target >= 0.8)")
+            relays, ceilings = [], []
+            print("| pair | relay ev/s | ceiling ev/s | ratio | relay CPU us/ev | ceiling CPU us/ev |")
+            print("|---|---|---|---|---|---|")
+            for pair in range(args.pairs):
+                relays.append(relay_run(url, env, queue, args.events))
+                ceilings.append(ceiling_run(queue, args.events, args.window))
+                r, c = relays[-1], ceilings[-1]
+                print(f"| {pair + 1} | {r.rate:,.0f} | {c.rate:,.0f} | {r.rate / c.rate:.2f} | "
+                      f"{r.cpu_per_event * 1e6:.1f} | {c.cpu_per_event * 1e6:.1f} |", flush=True)
+            ratios = [r.rate / c.rate for r, c in zip(relays, ceilings, strict=True)]
+            print(f"| median | {statistics.median(r.rate for r in relays):,.0f} | "
+                  f"{statistics.median(c.rate for c in ceilings):,.0f} | {statistics.median(ratios):.2f} | "
+                  f"{statistics.median(r.cpu_per_event for r in relays) * 1e6:.1f} | "
+                  f"{statistics.median(c.cpu_per_event for c in ceilings) * 1e6:.1f} |")
+            print(f"ratio relay/ceiling: median of per-pair ratios {statistics.median(ratios):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.8)")
             queue.purge()
             p50, p99, missing = lag_run(url, env, prefix, args.rate, args.lag_seconds)
             print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
                   f"p99 {p99:.1f} ms, missing {missing}")
         finally:
             queue.close()
+    print(f"machine: nproc={os.cpu_count()}, {load()} after")
     return 0
 
 

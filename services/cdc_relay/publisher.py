@@ -70,7 +70,8 @@ class Publisher(threading.Thread):
         self._url, self._topology = amqp_url, topology
         self._on_confirmed, self._is_current = on_confirmed, is_current
         self._blocked_timeout = blocked_timeout
-        self._inbox: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[list[Outgoing]] = queue.SimpleQueue()  # batches, not messages
+        self._asleep = False  # waiting in process_data_events: a submit must wake the connection
         self._ready: deque[_Attempt] = deque()
         self._retry: list[tuple[float, int, _Attempt]] = []
         self._counter = itertools.count()
@@ -83,9 +84,11 @@ class Publisher(threading.Thread):
 
     # --- any thread ---
     def submit(self, messages: Iterable[Outgoing]) -> None:
-        for message in messages:
-            self._inbox.put(message)
-        self._wake()
+        batch = list(messages)
+        if batch:
+            self._inbox.put(batch)
+            if self._asleep:  # a busy publisher looks at the inbox anyway: no wake-up write per batch
+                self._wake()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -105,7 +108,15 @@ class Publisher(threading.Thread):
             assert self._conn is not None
             try:
                 self._publish_available()
-                self._conn.process_data_events(time_limit=self._wait_time())
+                wait = self._wait_time()
+                if wait:
+                    self._asleep = True  # before looking at the inbox: a batch submitted after the look wakes us
+                    if not self._inbox.empty() or self._stopping.is_set():
+                        wait = 0.0
+                try:
+                    self._conn.process_data_events(time_limit=wait)
+                finally:
+                    self._asleep = False
             except pika.exceptions.AMQPError as exc:
                 log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
                 metrics.RECONNECTS.labels("rabbitmq").inc()
@@ -159,7 +170,7 @@ class Publisher(threading.Thread):
             self._ready.append(heapq.heappop(self._retry)[2])
         while True:
             try:
-                self._ready.append(_Attempt(self._inbox.get_nowait()))
+                self._ready.extend(map(_Attempt, self._inbox.get_nowait()))
             except queue.Empty:
                 break
         while self._ready and not self._blocked:

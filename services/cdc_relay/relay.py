@@ -40,6 +40,7 @@ class Relay:
     def __init__(self, settings: Settings, relay: RelaySettings) -> None:
         self._settings, self._cfg = settings, relay
         self._stopping = False
+        self._asleep = False  # the loop waits in select(): confirmations must poke the pipe to wake it
         self._epoch = 0  # one per replication session; confirmations of older sessions are ignored
         self._confirmed: queue.SimpleQueue[list[Hashable]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe()
@@ -121,9 +122,7 @@ class Relay:
             watch: list[int] = [self._wake_r]
             if tracker.in_flight < self._cfg.window:
                 watch.append(stream.fileno())
-            timeout = FEEDBACK_MIN_GAP if tracker.confirmable > sent else min(1.0, self._cfg.status_interval)
-            select.select(watch, [], [], timeout)
-            self._clear_wake()
+            self._wait(watch, FEEDBACK_MIN_GAP if tracker.confirmable > sent else min(1.0, self._cfg.status_interval))
         self._shutdown(stream, tracker, epoch)
 
     def _read(self, stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing],
@@ -135,7 +134,9 @@ class Relay:
                 return False
             message = parse(payload)
             if isinstance(message, Insert):
-                batch.append(outgoing(message.event, (epoch, tracker.published())))
+                token = (epoch, tracker.published())
+                batch.append(Outgoing(token, message.type, message.body, message.event_id, message.type,
+                                      message.timestamp))
                 if tracker.in_flight >= self._cfg.window:
                     return False
             elif isinstance(message, Begin):
@@ -148,8 +149,7 @@ class Relay:
         deadline = time.monotonic() + self._cfg.shutdown_timeout
         log.info("stopping: waiting for outstanding confirms", extra={"in_flight": tracker.in_flight})
         while tracker.in_flight and time.monotonic() < deadline:
-            select.select([self._wake_r], [], [], 0.1)
-            self._clear_wake()
+            self._wait([self._wake_r], 0.1)
             self._drain(tracker, epoch)
         stream.feedback(tracker.confirmable)
         log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
@@ -167,7 +167,19 @@ class Relay:
 
     def _on_confirmed(self, tokens: list[Hashable]) -> None:  # publisher thread
         self._confirmed.put(tokens)
-        self._poke()
+        if self._asleep:  # a busy loop drains the queue anyway: no pipe write (and GIL hand-off) per ack frame
+            self._poke()
+
+    def _wait(self, fds: list[int], timeout: float) -> None:
+        """select() on `fds` and the wake-up pipe, unless confirmations are already waiting."""
+        self._asleep = True  # set before looking at the queue: a confirmation put after the look pokes the pipe
+        try:
+            if self._confirmed.empty() and not self._stopping:
+                ready, _, _ = select.select(fds, [], [], timeout)
+                if self._wake_r in ready:
+                    self._clear_wake()
+        finally:
+            self._asleep = False
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._stopping = True

@@ -16,6 +16,7 @@ from services.cdc_relay import wal2json
 
 log = logging.getLogger(__name__)
 
+_SESSION = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
 _SLOT = "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s"
 
 # What a lost or refused Postgres connection raises: reconnect with backoff.
@@ -61,6 +62,9 @@ class ReplicationStream:
             raise
 
     def _start(self, slot: str, status_interval: float) -> None:
+        # wal2json prints values with the session's settings: the canonical forms the parser's fast path expects
+        # (any other form still parses, through the slower reference path).
+        self._cur.execute(_SESSION)
         # start_lsn 0: the server resumes after the slot's confirmed_flush_lsn, resending everything not confirmed.
         self._cur.start_replication(slot_name=slot, decode=False, options=wal2json.OPTIONS,
                                     status_interval=status_interval)
@@ -71,7 +75,7 @@ class ReplicationStream:
     def read(self) -> bytes | None:
         """The next message's payload, or None when nothing is buffered (wait on fileno). Non-blocking."""
         message = self._cur.read_message()
-        return None if message is None else bytes(message.payload)
+        return None if message is None else message.payload  # bytes: decode=False
 
     @property
     def wal_end(self) -> int:

@@ -1,13 +1,27 @@
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.cdc_relay.relay import outgoing
-from services.cdc_relay.wal2json import Begin, Commit, Ignored, Insert, MessageError, format_lsn, parse, parse_lsn
+from services.cdc_relay.wal2json import (
+    Begin,
+    Commit,
+    Ignored,
+    Insert,
+    MessageError,
+    format_lsn,
+    outbox_event,
+    parse,
+    parse_lsn,
+)
+from services.core.events import encode
 
 EVENT_ID = "949c8fe4-a458-4407-91e7-32424b7a9ce8"
 
@@ -33,10 +47,18 @@ def test_begin_and_commit() -> None:
     assert parse(b'{"action":"C","lsn":"0/48E1488","nextlsn":"0/48E1A20"}') == Commit(0x48E1488, 0x48E1A20)
 
 
-def test_outbox_insert_becomes_the_event() -> None:
+def test_outbox_insert_becomes_the_amqp_message() -> None:
     message = parse(insert())
     assert isinstance(message, Insert)
-    event = message.event
+    assert (message.event_id, message.type) == (EVENT_ID, "post.created")
+    assert message.timestamp == int(datetime(2026, 11, 29, 19, 29, 48, tzinfo=UTC).timestamp())
+    body = orjson.loads(message.body)
+    assert body == {"id": EVENT_ID, "type": "post.created", "aggregate_type": "post", "aggregate_id": "7",
+                    "occurred_at": "2026-11-29T19:29:48.858487Z", "payload": {"post_id": 7, "author_id": 3}}
+
+
+def test_the_outbox_event_reference_path() -> None:
+    event = outbox_event(orjson.loads(insert())["columns"])
     assert event.id == uuid.UUID(EVENT_ID)
     assert (event.type, event.aggregate_type, event.aggregate_id) == ("post.created", "post", "7")
     assert event.payload == {"post_id": 7, "author_id": 3}
@@ -44,20 +66,50 @@ def test_outbox_insert_becomes_the_event() -> None:
 
 
 def test_the_amqp_message_of_an_event() -> None:
-    message = parse(insert())
-    assert isinstance(message, Insert)
-    out = outgoing(message.event, (1, 1))
+    event = outbox_event(orjson.loads(insert())["columns"])
+    out = outgoing(event, (1, 1))
     assert out.routing_key == out.type == "post.created"
-    assert out.message_id == EVENT_ID
+    assert out.message_id == EVENT_ID and out.body == encode(event)
     assert out.timestamp == int(datetime(2026, 11, 29, 19, 29, 48, tzinfo=UTC).timestamp())
-    body = orjson.loads(out.body)
-    assert body["occurred_at"] == "2026-11-29T19:29:48.858487Z"
-    assert body["aggregate_type"] == "post" and body["payload"] == {"post_id": 7, "author_id": 3}
+
+
+# Timestamps as Postgres prints them: microseconds trimmed of trailing zeros, omitted when zero.
+def _pg_timestamp(moment: datetime, offset_minutes: int) -> str:
+    local = moment.astimezone(timezone(timedelta(minutes=offset_minutes)))
+    text = local.strftime("%Y-%m-%d %H:%M:%S")
+    if local.microsecond:
+        text += f".{local.microsecond:06d}".rstrip("0")
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    text += ("-" if offset_minutes < 0 else "+") + f"{hours:02d}" + (f":{minutes:02d}" if minutes else "")
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(moment=st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(UTC)),
+       offset=st.sampled_from([0, 0, 0, 60, -300, 330, 765]),
+       event_id=st.uuids(), upper=st.booleans(),
+       aggregate_id=st.text(max_size=12), type=st.sampled_from(["post.created", "follow.deleted", "x.y"]),
+       payload=st.dictionaries(st.text(max_size=8), st.integers(-2**63, 2**63 - 1) | st.text(max_size=5),
+                               max_size=4))
+def test_the_fast_body_is_exactly_encode_of_the_event(moment: datetime, offset: int, event_id: uuid.UUID,
+                                                       upper: bool, aggregate_id: str, type: str,
+                                                       payload: dict[str, object]) -> None:
+    text_id = str(event_id).upper() if upper else str(event_id)
+    jsonb = json.dumps(payload)  # jsonb's text output: with spaces after separators
+    raw = insert(id=text_id, type=type, aggregateid=aggregate_id, payload=jsonb,
+                 created_at=_pg_timestamp(moment, offset))
+    message = parse(raw)
+    assert isinstance(message, Insert)
+    event = outbox_event(orjson.loads(raw)["columns"])
+    reference = outgoing(event, None)
+    assert message.body == encode(event) == reference.body
+    assert (message.event_id, message.type, message.timestamp) == (reference.message_id, reference.type,
+                                                                    reference.timestamp)
 
 
 def test_a_payload_the_relay_does_not_judge_is_passed_through() -> None:
     message = parse(insert(type="mystery.happened", payload='{"x": "y"}'))
-    assert isinstance(message, Insert) and message.event.payload == {"x": "y"}  # type: ignore[comparison-overlap]
+    assert isinstance(message, Insert) and orjson.loads(message.body)["payload"] == {"x": "y"}
 
 
 def test_other_tables_and_actions_are_ignored() -> None:
@@ -66,7 +118,8 @@ def test_other_tables_and_actions_are_ignored() -> None:
 
 
 @pytest.mark.parametrize("bad", [b"not json", b"[1]", insert(id=None), insert(created_at="yesterday"),
-                                 insert(payload="{broken")])
+                                 insert(payload="{broken"), insert(type=None), insert(id="not-a-uuid"),
+                                 insert(created_at=None)])
 def test_what_cannot_be_understood_is_an_error(bad: bytes) -> None:
     with pytest.raises(MessageError):
         parse(bad)

@@ -27,6 +27,7 @@ def test_sigkill_during_a_burst_loses_nothing(database_url: str, slot_name: str,
         eventually(lambda c=count: watcher.pump() > c + rnd.randint(50, 400) or not writer.is_alive(),
                    timeout=60, what=f"progress before kill {kill}")
         relay.kill()
+        mark = len(relay.log())
         relay.start()
     writer.join(120)
     expected = set(written)
@@ -38,4 +39,6 @@ def test_sigkill_during_a_burst_loses_nothing(database_url: str, slot_name: str,
           f"{len(duplicates)} ids duplicated ({sum(duplicates.values()) - len(duplicates)} extra copies)")
     assert set(counts) == expected
     assert slot_lsn(database_url, slot_name) > 0
+    # a SIGTERM while the interpreter is still importing would end it with -15: stop the relay once it runs
+    eventually(lambda: "streaming" in relay.log()[mark:], timeout=30, what="the last relay streaming")
     assert relay.stop(signal.SIGTERM) == 0
