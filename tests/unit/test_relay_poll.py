@@ -119,7 +119,8 @@ def test_a_row_without_a_timestamp_is_refused() -> None:
 def test_claimed_rows_are_published_in_claim_order() -> None:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     a, b, c = (uuid.UUID(int=n) for n in (3, 1, 2))
-    rows = [(a, "", "", "", {}, t0), (b, "", "", "", {}, t0 + timedelta(seconds=1)), (c, "", "", "", {}, t0)]
+    later = t0 + timedelta(seconds=1)
+    rows: list[poll_sql.Row] = [(a, "", "", "", {}, t0), (b, "", "", "", {}, later), (c, "", "", "", {}, t0)]
     assert [r[0] for r in poll_sql.claim_order(rows)] == [c, a, b]
 
 
