@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -37,6 +38,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.api import sql  # noqa: E402
 from services.core.migrate import apply_schema  # noqa: E402
 
 ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -63,15 +65,6 @@ UPDATE users SET timeline_floor = (SELECT min(post_id) FROM timelines WHERE user
     WHERE id = %(reader)s;
 ANALYZE;
 """
-
-PGBENCH_SCRIPT = """\\set author random(1, 500)
-BEGIN;
-INSERT INTO posts (author_id, body) VALUES (:author, 'bench post') RETURNING id \\gset
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-    VALUES (gen_random_uuid(), 'post', :id, 'post.created', jsonb_build_object('post_id', :id, 'author_id', :author));
-END;
-"""
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -104,38 +97,84 @@ def post_latency(client: httpx.Client, small: dict[str, str], big: dict[str, str
     return times
 
 
-async def raw_post_loop(host: str, port: int, request: bytes, deadline: float) -> int:
-    """One keep-alive connection sending the same prepared request until the deadline (a minimal wrk-like
-    client: httpx would spend more CPU than the server on this 2-core machine)."""
-    reader, writer = await asyncio.open_connection(host, port)
-    done = 0
-    try:
-        while time.perf_counter() < deadline:
-            writer.write(request)
-            status = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.partition(b":")
-                if name.lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            assert status.split()[1] == b"201", status
-            done += 1
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    return done
+class _KeepAlive(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection sending the same prepared request until the deadline: a minimal
+    wrk-like client (httpx would spend more CPU than the server on this 2-core machine). Counts responses and
+    requires the expected status line."""
+
+    def __init__(self, request: bytes, expect: bytes, deadline: float, done: asyncio.Future[int]) -> None:
+        self.request, self.expect, self.deadline, self.done = request, expect, deadline, done
+        self.buffer, self.count = b"", 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        while (head_end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:head_end]
+            at = head.lower().find(b"content-length:")
+            length = int(head[at + 15:head.find(b"\r\n", at) if head.find(b"\r\n", at) > 0 else None]) if at >= 0 else 0
+            if len(self.buffer) < head_end + 4 + length:
+                return
+            if not head.startswith(self.expect):
+                self.transport.close()
+                if not self.done.done():
+                    self.done.set_exception(AssertionError(head[:200]))
+                return
+            self.buffer = self.buffer[head_end + 4 + length:]
+            self.count += 1
+            if time.perf_counter() < self.deadline:
+                self.transport.write(self.request)
+            else:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(self.count)
 
 
-async def api_throughput(port: int, auths: list[dict[str, str]], clients: int, seconds: float) -> float:
-    body = b'{"body": "throughput"}'
-    requests = [(f"POST /v1/posts HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {a['Authorization']}\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-                for a in auths]
+async def _load(port: int, requests: list[bytes], expect: bytes, clients: int, seconds: float) -> float:
+    loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    counts = await asyncio.gather(*(raw_post_loop("127.0.0.1", port, requests[k % len(requests)],
-                                                  started + seconds) for k in range(clients)))
+    futures = []
+    for k in range(clients):
+        done: asyncio.Future[int] = loop.create_future()
+        await loop.create_connection(lambda k=k, done=done: _KeepAlive(requests[k % len(requests)], expect,  # type: ignore[misc]
+                                                                      started + seconds, done), "127.0.0.1", port)
+        futures.append(done)
+    counts = await asyncio.gather(*futures)
     return sum(counts) / (time.perf_counter() - started)
+
+
+def load(port: int, requests: list[bytes], expect: bytes, clients: int, seconds: float) -> float:
+    """Requests per second over `clients` keep-alive connections (uvloop when installed: cheaper still)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_load(port, requests, expect, clients, seconds))
+    return uvloop.run(_load(port, requests, expect, clients, seconds))
+
+
+def post_requests(auths: list[dict[str, str]]) -> list[bytes]:
+    body = b'{"body": "bench post"}'
+    return [(f"POST /v1/posts HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {a['Authorization']}\r\n"
+             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body for a in auths]
+
+
+HEALTHZ = [b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
+
+
+def pgbench_script() -> str:
+    """The api's post statement itself (sql.CREATE_POST), with pgbench variables for its parameters."""
+    text = sql.CREATE_POST.replace("%(author)s", ":author").replace("%(body)s", "'bench post'")
+    text = text.replace("%(key)s", "NULL::text").replace("%(hash)s", "NULL::bytea")
+    assert "%(" not in text, text
+    return "\\set author random(1, 500)\n" + " ".join(text.split()) + ";\n"
 
 
 def pgbench_tps(url: str, clients: int, seconds: int) -> float:
@@ -143,15 +182,94 @@ def pgbench_tps(url: str, clients: int, seconds: int) -> float:
     if not os.path.exists(binary):
         binary = "pgbench"
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-        script.write(PGBENCH_SCRIPT)
+        script.write(pgbench_script())
     try:
-        out = subprocess.run([binary, "-n", "-c", str(clients), "-j", "2", "-T", str(seconds), "-f", script.name,
-                              url], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([binary, "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(seconds),
+                              "-f", script.name, url], capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(script.name)
     match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
     assert match, out
     return float(match.group(1))
+
+
+class CpuMeter:
+    """CPU seconds of this process (the load generator), of the api processes, of children (pgbench), and of the
+    whole machine, over one measured run."""
+
+    def __init__(self, api_pid: int) -> None:
+        self.api_pid = api_pid
+
+    def _api_ticks(self) -> int:
+        total, pending = 0, [self.api_pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+                pending += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return total
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values) - values[3] - values[4], sum(values)  # busy (not idle, not iowait), all
+
+    def __enter__(self) -> CpuMeter:
+        self.started = time.perf_counter()
+        self.own, self.children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.api, self.machine = self._api_ticks(), self._machine()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        wall = time.perf_counter() - self.started
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        tick = os.sysconf("SC_CLK_TCK")
+        busy, total = self._machine()
+        self.loadgen = (own.ru_utime + own.ru_stime - self.own.ru_utime - self.own.ru_stime) / wall
+        self.pgbench = (children.ru_utime + children.ru_stime - self.children.ru_utime - self.children.ru_stime) / wall
+        self.api_share = (self._api_ticks() - self.api) / tick / wall
+        self.busy = (busy - self.machine[0]) / max(1, total - self.machine[1]) * (os.cpu_count() or 1)
+
+
+def throughput(port: int, api_pid: int, url: str, auths: list[dict[str, str]], args: argparse.Namespace) -> None:
+    """ABAB: api run, pgbench run, repeated; plus the bare HTTP stack (GET /healthz) under the same load."""
+    connections = args.pool * args.workers
+    requests = post_requests(auths)
+    load(port, requests, b"HTTP/1.1 201", args.clients, 1.0)  # warm-up: connections, prepared statements
+    api, db, ratios, health = [], [], [], []
+    print(f"{'pair':>4} {'api posts/s':>12} {'pgbench tps':>12} {'ratio':>6} {'loadgen CPU':>12} {'api CPU':>8} "
+          f"{'pgbench CPU':>12} {'machine busy':>13}  (CPU in cores, of {os.cpu_count()})")
+    for i in range(args.pairs):
+        with CpuMeter(api_pid) as a:
+            api.append(load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds))
+        with CpuMeter(api_pid) as b:
+            db.append(pgbench_tps(url, connections, args.seconds))
+        ratios.append(api[-1] / db[-1])
+        print(f"{i + 1:>4} {api[-1]:>12.0f} {db[-1]:>12.0f} {ratios[-1]:>6.2f} {a.loadgen:>12.2f} {a.api_share:>8.2f} "
+              f"{b.pgbench:>12.2f} {a.busy:>6.2f}/{b.busy:<6.2f}")
+        with CpuMeter(api_pid) as h:
+            health.append(load(port, HEALTHZ, b"HTTP/1.1 200", args.clients, args.seconds / 2))
+    print(f"median: api {statistics.median(api):.0f} posts/s, pgbench {statistics.median(db):.0f} tps "
+          f"({connections} connections, same statement), median ratio {statistics.median(ratios):.2f} (target >= 0.5)")
+    print(f"bare HTTP stack, GET /healthz, same {args.clients} clients: median {statistics.median(health):.0f} req/s "
+          f"= {statistics.median(health) / statistics.median(db):.2f} x pgbench (loadgen CPU {h.loadgen:.2f}, "
+          f"api CPU {h.api_share:.2f})")
+    print(f"nproc {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def profile(port: int, api_pid: int, requests: list[bytes], args: argparse.Namespace) -> None:
+    """Samples every api process with py-spy while the same post load runs (profiling slows the api: the
+    numbers of this run are not reported)."""
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(api_pid),
+                            "--subprocesses", "--rate", "250", "--format", "raw", "--output", args.profile,
+                            "--duration", str(args.seconds + 1)], stdout=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds)
+    spy.wait(60)
+    print(f"profile: {args.profile}")
 
 
 def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[list[float], list[float], int]:
@@ -179,8 +297,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="posts per author for the latency test")
     parser.add_argument("--seconds", type=int, default=6, help="duration of each throughput run")
-    parser.add_argument("--clients", type=int, default=16, help="concurrent clients / pgbench connections")
-    parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX of the api under test")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP keep-alive connections")
+    parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX (per worker process)")
+    parser.add_argument("--workers", type=int, default=2, help="WALFEED_API_WORKERS of the api under test")
+    parser.add_argument("--pairs", type=int, default=3, help="api/pgbench throughput pairs (ABAB)")
+    parser.add_argument("--only", choices=["latency", "throughput", "timeline"], help="run one part only")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
+                                                          "run; collapsed stacks to FILE")
     args = parser.parse_args()
 
     name = f"walfeed_bench_{uuid.uuid4().hex[:8]}"
@@ -189,7 +312,8 @@ def main() -> int:
         admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]  # generated name
     port = free_port()
     env = {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
-           "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING"}
+           "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
+           "WALFEED_API_WORKERS": str(args.workers)}
     api: subprocess.Popen[bytes] | None = None
     try:
         apply_schema(url)
@@ -212,22 +336,23 @@ def main() -> int:
             print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
                   f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
 
-            post_latency(client, small, big, 30)  # warm-up
-            lat = post_latency(client, small, big, args.requests)
-            ratio = pct(lat["big"], 0.99) / pct(lat["small"], 0.99)
-            print(f"POST /v1/posts, 10 followers:      {ms(lat['small'])}")
-            print(f"POST /v1/posts, 100,000 followers: {ms(lat['big'])}")
-            print(f"  p99 ratio big/small = {ratio:.2f} (target <= 1.2)")
-
-            authors = [signup(client, f"w{i}")[1] for i in range(args.clients)]
-            rps = asyncio.run(api_throughput(port, authors, args.clients, args.seconds))
-            tps = pgbench_tps(url, args.clients, args.seconds)
-            print(f"throughput, {args.clients} clients: api {rps:7.1f} posts/s, pgbench same transaction "
-                  f"{tps:7.1f} tps, ratio {rps / tps:.2f} (target >= 0.5)")
-
-            first, scroll, pages = timeline_reads(client, reader, 200)
-            print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")
-            print(f"GET /v1/timeline scrolling {pages} pages (crosses the floor):  {ms(scroll)}")
+            print(f"api: {args.workers} worker process(es), pool {args.pool} each; {args.clients} HTTP clients")
+            if args.only in (None, "latency"):
+                post_latency(client, small, big, 30)  # warm-up
+                lat = post_latency(client, small, big, args.requests)
+                ratio = pct(lat["big"], 0.99) / pct(lat["small"], 0.99)
+                print(f"POST /v1/posts, 10 followers:      {ms(lat['small'])}")
+                print(f"POST /v1/posts, 100,000 followers: {ms(lat['big'])}")
+                print(f"  p99 ratio big/small = {ratio:.2f} (target <= 1.2)")
+            if args.only in (None, "throughput"):
+                authors = [signup(client, f"w{i}")[1] for i in range(args.clients)]
+                throughput(port, api.pid, url, authors, args)
+                if args.profile:
+                    profile(port, api.pid, post_requests(authors), args)
+            if args.only in (None, "timeline"):
+                first, scroll, pages = timeline_reads(client, reader, 200)
+                print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")
+                print(f"GET /v1/timeline scrolling {pages} pages (crosses the floor):  {ms(scroll)}")
     finally:
         if api is not None:
             api.send_signal(signal.SIGTERM)

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, multiprocess
 
-from services.api import problems
+from services.api import db, problems
+from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
 from services.api.middleware import BodyLimit, Metrics
 from services.api.problems import Problem
 from services.api.routes import feed, health, posts, users
-from services.core.db import make_pool
 from services.core.settings import Settings
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -26,19 +27,22 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = make_pool(settings.database_url, min_size=api.pool_min, max_size=api.pool_max, name="walfeed-api")
-        pool.open(wait=False)  # start even while the database is down: /readyz tells
+        pool = db.make_pool(settings.database_url, min_size=api.pool_min, max_size=api.pool_max,
+                            timeout=api.pool_timeout)
+        await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
         try:
             yield
         finally:
-            pool.close()
+            await pool.close()
 
     app = FastAPI(title="walfeed", version="1", lifespan=lifespan,
                   description="News feed API. Errors are RFC 9457 problem documents.")
     app.state.settings = settings
     app.state.api_settings = api
+    app.state.token_cache = TokenCache(api.auth_cache_seconds)
     app.state.registry = CollectorRegistry()
+    app.state.scrape_registry = _scrape_registry(app.state.registry)
     for router in (users.router, posts.router, feed.router, health.router):
         app.include_router(router)
     problems.install(app)
@@ -53,6 +57,18 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
+    """What /metrics exposes: this process's registry, or, when main.run started several worker processes and
+    set PROMETHEUS_MULTIPROC_DIR (prometheus_client then keeps every value in a file per process), the sum of
+    all processes' files."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return own
+    combined = CollectorRegistry()
+    multiprocess.MultiProcessCollector(combined, path=directory)  # type: ignore[no-untyped-call]
+    return combined
 
 
 def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,23 @@
 """Request plumbing: the bearer token (checked for shape without I/O), a pooled connection, and the caller.
 
-Database work runs in the route handler's one worker thread: dependencies here do no blocking I/O, so a
-request costs one thread-pool hop, not one per dependency.
+Everything runs on the event loop (async routes, psycopg's async connections): no thread-pool hop per request.
+A verified token is remembered for a short while (authcache.TokenCache, ADR 0032), so a post costs one statement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Annotated, cast
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
 
 import psycopg
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from services.api import store, tokens
+from services.api.authcache import TokenCache
+from services.api.db import Pool
 from services.api.problems import ApiError, unauthorized
 
 # Documents the scheme in OpenAPI; the check itself is ours (401 + WWW-Authenticate, never 403).
@@ -33,29 +35,34 @@ async def bearer(credentials: Annotated[HTTPAuthorizationCredentials | None, Dep
 Token = Annotated[str, Depends(bearer)]
 
 
-@contextmanager
-def database(request: Request) -> Iterator[store.Conn]:
+@asynccontextmanager
+async def database(request: Request) -> AsyncIterator[store.Conn]:
     """A pooled connection in autocommit mode (writes open explicit transactions); 503 when unavailable."""
-    pool: ConnectionPool = request.app.state.pool
+    pool: Pool = request.app.state.pool
     try:
-        with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
-            conn.autocommit = True
-            yield cast(store.Conn, conn)  # make_pool sets row_factory=dict_row
+        async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
+            yield conn
     except (PoolTimeout, psycopg.OperationalError) as exc:
         raise ApiError(503, "the database is unavailable; retry later", "database-unavailable",
                        {"Retry-After": "1"}) from exc
 
 
-def authenticate(db: store.Conn, token: str) -> int:
+async def authenticate(request: Request, db: store.Conn, token: str) -> int:
     """The id of the user whose bearer token this is; 401 otherwise."""
-    row = store.authenticate(db, tokens.token_hash(token))
+    digest = tokens.token_hash(token)
+    cache: TokenCache = request.app.state.token_cache
+    user = cache.get(digest)
+    if user is not None:
+        return user
+    row = await store.authenticate(db, digest)
     if row is None or not tokens.matches(row["token_hash"], token):
         raise unauthorized("the bearer token is not valid")
+    cache.put(digest, int(row["id"]))
     return int(row["id"])
 
 
-@contextmanager
-def session(request: Request, token: str) -> Iterator[tuple[store.Conn, int]]:
+@asynccontextmanager
+async def session(request: Request, token: str) -> AsyncIterator[tuple[store.Conn, int]]:
     """A connection and the authenticated caller's id."""
-    with database(request) as db:
-        yield db, authenticate(db, token)
+    async with database(request) as db:
+        yield db, await authenticate(request, db, token)

@@ -17,9 +17,9 @@ KIND = "home"
 
 @router.get("/timeline", response_model=Page, tags=["timeline"],
             responses={400: {"description": "malformed cursor"}})
-def timeline(token: Token, request: Request, limit: Limit = 20, cursor: CursorParam = None) -> Page:
+async def timeline(token: Token, request: Request, limit: Limit = 20, cursor: CursorParam = None) -> Page:
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates."""
     before = decode_cursor(KIND, cursor)
-    with session(request, token) as (db, me):
-        rows = store.home_timeline(db, me, before, limit + 1)
+    async with session(request, token) as (db, me):
+        rows = await store.home_timeline(db, me, before, limit + 1)
     return page(KIND, rows, limit)

@@ -12,17 +12,17 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", response_model=Status)
-def healthz() -> Status:
+async def healthz() -> Status:
     """The process is alive (says nothing about the database)."""
     return Status(status="ok")
 
 
 @router.get("/readyz", response_model=Status, responses={503: {"description": "database unreachable"}})
-def readyz(request: Request) -> Status:
+async def readyz(request: Request) -> Status:
     """The database answers a query within a second."""
     try:
-        with request.app.state.pool.connection(timeout=1.0) as conn:
-            conn.execute("SELECT 1")
+        async with request.app.state.pool.connection(timeout=1.0) as conn:
+            await conn.execute("SELECT 1")
     except Exception as exc:  # any failure to reach the database means not ready
         raise ApiError(503, f"the database is not reachable: {type(exc).__name__}", "not-ready",
                        {"Retry-After": "1"}) from None
@@ -33,4 +33,6 @@ def readyz(request: Request) -> Status:
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition"}})
 def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+    """This process's metrics, or with several worker processes all of theirs (prometheus_client multiprocess
+    mode: a small file read per scrape, so this one runs on the thread pool)."""
+    return Response(generate_latest(request.app.state.scrape_registry), media_type=CONTENT_TYPE_LATEST)

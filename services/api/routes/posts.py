@@ -29,12 +29,12 @@ def request_hash(new: NewPost) -> bytes:
 
 
 @router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={**BODY})
-def create_post(new: NewPost, token: Token, request: Request, response: Response,
+async def create_post(new: NewPost, token: Token, request: Request, response: Response,
                 idempotency_key: IdempotencyKey = None) -> Post:
     """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
     digest = request_hash(new) if idempotency_key is not None else None
-    with session(request, token) as (db, me):
-        row, created = store.create_post(db, me, new.body, idempotency_key, digest)
+    async with session(request, token) as (db, me):
+        row, created = await store.create_post(db, me, new.body, idempotency_key, digest)
     if not created:
         if digest is None or not hmac.compare_digest(bytes(row["request_hash"] or b""), digest):
             raise ApiError(422, "this Idempotency-Key was already used with a different request body",
@@ -44,9 +44,9 @@ def create_post(new: NewPost, token: Token, request: Request, response: Response
 
 
 @router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND})
-def get_post(post_id: Id, token: Token, request: Request) -> Post:
-    with session(request, token) as (db, _):
-        row = store.get_post(db, post_id)
+async def get_post(post_id: Id, token: Token, request: Request) -> Post:
+    async with session(request, token) as (db, _):
+        row = await store.get_post(db, post_id)
     if row is None:
         raise ApiError(404, f"no post {post_id}")
     return post_from_row(row)
@@ -54,11 +54,11 @@ def get_post(post_id: Id, token: Token, request: Request) -> Post:
 
 @router.delete("/posts/{post_id}", status_code=204, response_class=Response, tags=["posts"],
                responses={**NOT_FOUND, 403: {"description": "not the author"}})
-def delete_post(post_id: Id, token: Token, request: Request) -> Response:
+async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
     """Delete one of the caller's posts (idempotent for its author)."""
-    with session(request, token) as (db, me):
-        deleted = store.delete_post(db, post_id, me) is not None
-        owner = None if deleted else store.post_owner(db, post_id)
+    async with session(request, token) as (db, me):
+        deleted = await store.delete_post(db, post_id, me) is not None
+        owner = None if deleted else await store.post_owner(db, post_id)
     if not deleted:
         if owner is None:
             raise ApiError(404, f"no post {post_id}")
@@ -69,14 +69,14 @@ def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
             responses={**NOT_FOUND, 400: {"description": "malformed cursor"}})
-def user_posts(user_id: Id, token: Token, request: Request, limit: Limit = 20,
+async def user_posts(user_id: Id, token: Token, request: Request, limit: Limit = 20,
                cursor: CursorParam = None) -> Page:
     """One author's posts, newest first."""
     kind = f"user:{user_id}"
     before = decode_cursor(kind, cursor)
-    with session(request, token) as (db, _):
-        rows = store.author_posts(db, user_id, before or cursors.MAX_ID, limit + 1)
-        if not rows and before is None and not store.user_exists(db, user_id):
+    async with session(request, token) as (db, _):
+        rows = await store.author_posts(db, user_id, before or cursors.MAX_ID, limit + 1)
+        if not rows and before is None and not await store.user_exists(db, user_id):
             raise ApiError(404, f"no user {user_id}")
     return page(kind, rows, limit)
 

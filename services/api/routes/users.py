@@ -15,20 +15,20 @@ router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
              responses={**BODY, 409: {"description": "handle taken"}})
-def create_user(new: NewUser, request: Request) -> CreatedUser:
+async def create_user(new: NewUser, request: Request) -> CreatedUser:
     """Sign up. The token in the reply is the only copy: only its hash is stored."""
     token = tokens.new_token()
-    with database(request) as db:
-        row = store.create_user(db, new.handle, tokens.token_hash(token))
+    async with database(request) as db:
+        row = await store.create_user(db, new.handle, tokens.token_hash(token))
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
-def get_user(user_id: Id, token: Token, request: Request) -> User:
-    with session(request, token) as (db, _):
-        row = store.get_user(db, user_id)
+async def get_user(user_id: Id, token: Token, request: Request) -> User:
+    async with session(request, token) as (db, _):
+        row = await store.get_user(db, user_id)
     if row is None:
         raise ApiError(404, f"no user {user_id}")
     threshold = request.app.state.settings.celebrity_threshold
@@ -38,21 +38,21 @@ def get_user(user_id: Id, token: Token, request: Request) -> User:
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
             responses={**AUTH, **NOT_FOUND})
-def follow(user_id: Id, token: Token, request: Request) -> Response:
+async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
-    with session(request, token) as (db, me):
+    async with session(request, token) as (db, me):
         if user_id == me:
             raise ApiError(422, "you cannot follow yourself", "self-follow")
-        if store.set_follow(db, me, user_id, follow=True) is None:
+        if await store.set_follow(db, me, user_id, follow=True) is None:
             raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)
 
 
 @router.delete("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
                responses={**AUTH, **NOT_FOUND})
-def unfollow(user_id: Id, token: Token, request: Request) -> Response:
+async def unfollow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller stops following user_id. Idempotent."""
-    with session(request, token) as (db, me):
-        if user_id != me and store.set_follow(db, me, user_id, follow=False) is None:
+    async with session(request, token) as (db, me):
+        if user_id != me and await store.set_follow(db, me, user_id, follow=False) is None:
             raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)

@@ -3,6 +3,7 @@ followed accounts: counted on the wire, and their EXPLAIN plans checked for inde
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -76,28 +77,36 @@ def test_timeline_statements_use_indexes_only(loaded: Db, query: str) -> None:
 
 
 class CountingConn:
-    """Counts the statements a store function sends."""
+    """Counts the statements a store function sends (on an async connection)."""
 
-    def __init__(self, conn: Db) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> None:
         self.conn, self.statements = conn, 0
 
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
         self.statements += 1
-        return self.conn.execute(*args, **kwargs)
+        return await self.conn.execute(*args, **kwargs)
 
     def transaction(self) -> Any:
         return self.conn.transaction()
 
 
-def test_statements_per_page_do_not_grow_with_followed_accounts(loaded: Db) -> None:
+async def _count_statements(database_url: str) -> dict[str, int]:
     counts = {}
-    for user, follows in ((1, 500), (600, 0)):
-        probe = CountingConn(loaded)
-        rows = store.home_timeline(probe, user, None, 21)  # type: ignore[arg-type]
-        assert rows
-        counts[follows] = probe.statements
-        probe = CountingConn(loaded)  # a page straddling the floor: materialized part, then fan-in
-        floor = loaded.execute("SELECT timeline_floor FROM users WHERE id = 1").fetchone()["timeline_floor"]  # type: ignore[index]
-        store.home_timeline(probe, 1, floor + 5, 21)  # type: ignore[arg-type]
-        assert probe.statements <= 4
-    assert counts[500] == counts[0] <= 4, counts
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        for user, follows in ((1, 500), (600, 0)):
+            probe = CountingConn(conn)
+            rows = await store.home_timeline(probe, user, None, 21)  # type: ignore[arg-type]
+            assert rows
+            counts[f"follows {follows}"] = probe.statements
+        probe = CountingConn(conn)  # a page straddling the floor: materialized part, then fan-in
+        floor = await (await conn.execute("SELECT timeline_floor FROM users WHERE id = 1")).fetchone()
+        assert floor is not None
+        await store.home_timeline(probe, 1, floor["timeline_floor"] + 5, 21)  # type: ignore[arg-type]
+        counts["straddling"] = probe.statements
+    return counts
+
+
+def test_statements_per_page_do_not_grow_with_followed_accounts(loaded: Db, database_url: str) -> None:
+    counts = asyncio.run(_count_statements(database_url))
+    assert counts["follows 500"] == counts["follows 0"] <= 4, counts
+    assert counts["straddling"] <= 4, counts

@@ -1,0 +1,47 @@
+"""The api's async connection pool: autocommit connections with dict rows, checked on checkout only when idle.
+
+services.core.db's pool checks every checkout with a round trip (`SELECT ''`). For the api that is one extra
+round trip per request, as many as the post itself (ADR 0032). Here a connection that went back to the pool
+less than `RECENT_SECONDS` ago is trusted; an older one is checked. If the database restarts in that window,
+the request on a stale connection gets a 503 (Retry-After: 1) and the pool drops that connection on return.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Final
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+RECENT_SECONDS: Final = 1.0
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]
+
+
+class _RecentUse:
+    """When each connection went back to the pool (weak keys: a discarded connection leaves no entry)."""
+
+    def __init__(self) -> None:
+        self.returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
+
+    async def reset(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.returned[conn] = time.monotonic()
+
+    async def check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        returned = self.returned.get(conn)
+        if returned is None or time.monotonic() - returned > RECENT_SECONDS:
+            await AsyncConnectionPool.check_connection(conn)
+
+
+def make_pool(url: str, *, min_size: int, max_size: int, timeout: float) -> Pool:
+    """Not opened: `await pool.open(wait=False)` inside the event loop."""
+    recent = _RecentUse()
+    return AsyncConnectionPool(
+        url, min_size=min_size, max_size=max_size, name="walfeed-api", open=False, timeout=timeout,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+        connection_class=psycopg.AsyncConnection[dict[str, Any]],
+        check=recent.check, reset=recent.reset,
+    )
