@@ -1,0 +1,157 @@
+"""End-to-end latency: post commit (client side, after COMMIT returns) to its rows in ALL followers' timelines.
+
+Writers insert each post and its `post.created` outbox row in one transaction with the API's own statements
+(services/api/sql.py, as services/api/store.py runs them), paced to a steady
+rate. A watcher polls `timelines` for the posts not complete yet (`post_id = ANY(pending)`, timelines_post_idx)
+every few ms; a post is visible when it has `expected` rows (its followers' plus the author's own). The time of
+visibility is the start of the watcher's query that first saw them (its snapshot), so a latency is exact to
+within one watcher period. The API is not used: its read path merges undecided posts at read time, so a post
+is "visible" through the API at once; the rows in `timelines` are what the relay and the worker deliver.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from bench.lib.stats import due, send_time
+from services.api import sql as api_sql
+from services.core import events
+from services.core.events import Event
+
+WATCH_BATCH = 2000  # oldest pending posts checked per watcher query
+
+
+@dataclass
+class Book:
+    """Commit and visibility times (time.monotonic) per post id, shared by writers and the watcher."""
+
+    committed: dict[int, float] = field(default_factory=dict)
+    authors: dict[int, int] = field(default_factory=dict)
+    visible: dict[int, float] = field(default_factory=dict)
+    polls: int = 0
+    poll_seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pending(self, limit: int) -> list[int]:
+        with self.lock:
+            ids = [p for p in self.committed if p not in self.visible]
+        ids.sort()
+        return ids[:limit]
+
+
+# The API's own statements: one CREATE_POST (post + outbox row in one statement) where the API has it, else its
+# earlier INSERT_POST + INSERT_OUTBOX pair in one pipelined transaction. Looked up at run time: the API evolves.
+CREATE_POST: str | None = getattr(api_sql, "CREATE_POST", None)
+
+
+def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
+    """One post and its post.created outbox row, committed when this returns (`conn` is in autocommit)."""
+    params = {"author": author, "body": body, "key": None, "hash": None}
+    if CREATE_POST is not None:
+        row = conn.execute(CREATE_POST, params).fetchone()
+        assert row is not None
+        return int(row[0])
+    with conn.pipeline(), conn.transaction():
+        row = conn.execute(vars(api_sql)["INSERT_POST"], params).fetchone()
+        assert row is not None
+        post_id = int(row[0])
+        event = Event.new(events.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
+        conn.execute(vars(api_sql)["INSERT_OUTBOX"], {"id": event.id, "aggregatetype": event.aggregate_type,
+                                             "aggregateid": event.aggregate_id, "type": event.type,
+                                             "payload": Jsonb(event.payload)})
+    return post_id
+
+
+def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
+           started: float) -> None:
+    """Posts index, index + writers, ... each at its due time (never early; late ones go at once)."""
+    rng = random.Random(index)
+    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
+        for n in range(index, total, writers):
+            wait = started + send_time(n, rate) - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # pacing of the load generator
+            author = rng.randint(1, authors)
+            post_id = write_post(conn, author, f"bench post {n}")
+            now = time.monotonic()
+            with book.lock:
+                book.committed[post_id] = now
+                book.authors[post_id] = author
+
+
+PROBE = """
+SELECT t.post_id FROM unnest(%s::bigint[], %s::bigint[]) AS k(user_id, post_id)
+JOIN timelines t ON t.user_id = k.user_id AND t.post_id = k.post_id
+"""
+COUNT = "SELECT post_id, count(*) FROM timelines WHERE post_id = ANY(%s) GROUP BY post_id"
+
+
+def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int], period: float,
+            stop: threading.Event) -> None:
+    """Two steps per poll, to keep its own load on Postgres small: a primary-key probe of one follower's row per
+    pending post (the follower fanned out last), then a full count only for the posts that probe found."""
+    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher") as conn:
+        while not stop.is_set():
+            ids = book.pending(WATCH_BATCH)
+            begun = time.monotonic()
+            if ids:
+                with book.lock:
+                    users = [probe_user(book.authors[p]) for p in ids]
+                found = [r[0] for r in conn.execute(PROBE, (users, ids)).fetchall()]
+                rows = conn.execute(COUNT, (found,)).fetchall() if found else []
+                with book.lock:
+                    for post_id, count in rows:
+                        if count >= expected and post_id not in book.visible:
+                            book.visible[post_id] = begun
+                    book.polls += 1
+                    book.poll_seconds += time.monotonic() - begun
+            spent = time.monotonic() - begun
+            time.sleep(max(period - spent, 2 * spent))  # the watcher's period; at most a third of a backend
+
+
+@dataclass(frozen=True)
+class Run:
+    rate: float  # asked, posts/s
+    achieved: float  # committed posts / writing seconds
+    latencies_ms: list[float]
+    unfinished: int  # committed, not visible before the drain deadline
+    commit_times: list[float]  # seconds from the start
+    visible_times: list[float]
+    watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
+
+
+def run(url: str, authors: int, expected: int, probe_user: Callable[[int], int], rate: float, seconds: float,
+        drain: float, writers: int, watch_period: float = 0.005) -> Run:
+    book, stop = Book(), threading.Event()
+    total = max(1, due(seconds, rate, 10**9) - 1)
+    watch = threading.Thread(target=watcher, args=(url, book, expected, probe_user, watch_period, stop), daemon=True)
+    watch.start()
+    started = time.monotonic() + 0.2
+    threads = [threading.Thread(target=writer, args=(url, book, authors, rate, total, i, writers, started),
+                                daemon=True) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wrote = time.monotonic() - started
+    deadline = time.monotonic() + drain
+    while book.pending(1) and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for the pipeline to drain, bounded
+    stop.set()
+    watch.join(10)
+    with book.lock:
+        lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
+        unfinished = len(book.committed) - len(lat)
+        commits = sorted(t - started for t in book.committed.values())
+        visibles = sorted(t - started for t in book.visible.values())
+        watched = time.monotonic() - started
+        period = (watched * 1000 / book.polls) if book.polls else float("nan")
+    return Run(rate, len(book.committed) / wrote, lat, unfinished, commits, visibles, period)

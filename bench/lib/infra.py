@@ -1,0 +1,168 @@
+"""The bench's own resources on the shared servers and the walfeed processes it starts; all removed at the end.
+
+Every database is named `walfeed_bench_e2e_<tag>_<source>`, every AMQP prefix `wfbench_<tag>_<source>`: never the
+default `walfeed` database, slot or prefix. `Resources` is a context manager: leaving it (normally, on an error or
+on Ctrl-C) stops the processes it started, deletes the AMQP names and drops the databases with their slots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import pika
+import psycopg
+from psycopg import sql
+
+from services.core.migrate import apply_schema, ensure_slot
+from services.core.topology import Topology
+from services.worker import broker
+from tests.harness import resources
+from tests.harness.infra import Infra
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+AMQP = os.environ.get("WALFEED_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+INFRA = Infra(PG_ADMIN, AMQP)
+
+SEED = """
+INSERT INTO users (handle, token_hash)
+SELECT 'bench' || g, sha256(('bench' || g)::bytea) FROM generate_series(1, %(authors)s + %(fans)s) g;
+INSERT INTO follows (follower_id, followee_id)
+SELECT a.id + %(authors)s * (1 + k) , a.id FROM users a, generate_series(0, %(per_author)s - 1) k
+WHERE a.id <= %(authors)s;
+UPDATE users u SET follower_count = c.n FROM (
+    SELECT followee_id, count(*) AS n FROM follows GROUP BY followee_id) c WHERE c.followee_id = u.id;
+UPDATE users u SET following_count = c.n FROM (
+    SELECT follower_id, count(*) AS n FROM follows GROUP BY follower_id) c WHERE c.follower_id = u.id;
+ANALYZE;
+"""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One way of getting outbox events to the broker: `walfeed relay --source <kind>` with its settings."""
+
+    name: str
+    kind: str  # "cdc" or "poll"
+    env: Mapping[str, str]
+
+    @property
+    def apps(self) -> tuple[str, ...]:
+        """application_name of its Postgres backends (dbload.py)."""
+        return ("walfeed-relay",) if self.kind == "cdc" else ("walfeed-poller",)
+
+
+SOURCES = (
+    Source("cdc", "cdc", {}),
+    Source("poll-1s", "poll", {"WALFEED_POLL_INTERVAL": "1.0"}),
+    Source("poll-100ms", "poll", {"WALFEED_POLL_INTERVAL": "0.1"}),
+)
+
+
+def admin() -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(PG_ADMIN, autocommit=True, application_name="walfeed-bench-admin")
+
+
+def db_url(name: str) -> str:
+    return psycopg.conninfo.make_conninfo(PG_ADMIN, dbname=name, application_name="walfeed-bench")
+
+
+def drop_database(name: str) -> None:
+    """Drop a bench database and any slot in it (the test harness's teardown, shared)."""
+    resources.drop_database(INFRA, name)
+
+
+def delete_amqp(prefix: str) -> None:
+    resources.delete_amqp_names(AMQP, Topology(prefix), [])
+
+
+def declare_amqp(prefix: str) -> None:
+    """The worker's topology, declared before any publisher starts (the relay holds unroutable events)."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    try:
+        broker.declare(conn.channel(), Topology(prefix))
+    finally:
+        conn.close()
+
+
+class Resources:
+    """Databases, AMQP prefixes and processes of one bench run."""
+
+    def __init__(self, tag: str, log_dir: Path) -> None:
+        self.tag, self.log_dir = tag, log_dir
+        self.databases: list[str] = []
+        self.prefixes: list[str] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Resources:
+        return self
+
+    def __exit__(self, *_exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.stop_all()
+        for prefix in self.prefixes:
+            delete_amqp(prefix)
+        for name in self.databases:
+            with contextlib.suppress(psycopg.Error):
+                drop_database(name)
+
+    def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
+        """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
+        template = f"walfeed_bench_e2e_{self.tag}_tpl"
+        self.databases.append(template)
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
+        apply_schema(db_url(template))
+        with psycopg.connect(db_url(template), autocommit=True) as conn:
+            psycopg.ClientCursor(conn).execute(SEED, {"authors": authors, "fans": authors * per_author,
+                                                      "per_author": per_author})
+        urls = {}
+        with admin() as conn:
+            for name in names:
+                full = f"walfeed_bench_e2e_{self.tag}_{name}".replace("-", "_")
+                self.databases.append(full)
+                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(full),
+                                                                             sql.Identifier(template)))
+                urls[name] = db_url(full)
+        return urls
+
+    def slot(self, url: str, name: str) -> str:
+        slot = f"wfbench_{self.tag}_{name}".replace("-", "_")
+        ensure_slot(url, slot)
+        return slot
+
+    def prefix(self, name: str) -> str:
+        prefix = f"wfbench_{self.tag}_{name}".replace("-", "_")
+        self.prefixes.append(prefix)
+        declare_amqp(prefix)
+        return prefix
+
+    def start(self, log_name: str, args: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        with open(self.log_dir / f"{log_name}.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "services.cli", *args], env={**os.environ, **env},
+                                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # Ctrl-C reaches the bench only; it stops them in order
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in list(self.procs):
+            with contextlib.suppress(Exception):
+                self.stop(proc)

@@ -1,0 +1,76 @@
+"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py and api_latency.py.
+
+Those scripts print for people and have no JSON output yet; these parsers look for the summary lines by their
+words, not by position, accept thousands separators and extra spaces, and report which figure they could not find
+(`missing`) rather than failing. Pure: unit-tested in tests/unit/test_bench_parse.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+NUM = r"([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)"
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _find(patterns: dict[str, str], text: str) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    missing: list[str] = []
+    for key, pattern in patterns.items():
+        found = re.findall(pattern, text, flags=re.IGNORECASE | re.MULTILINE)
+        if not found:
+            missing.append(key)
+            continue
+        last = found[-1]  # the summary is printed after the per-run lines
+        figures[key] = number(last if isinstance(last, str) else last[0])
+    figures["missing"] = missing
+    return figures
+
+
+RELAY = {
+    "ratio": r"ratio relay/ceiling: median of per-pair ratios\s+" + NUM,
+    "ratio_min": r"ratio relay/ceiling:.*\(min\s+" + NUM,
+    "ratio_max": r"ratio relay/ceiling:.*max\s+" + NUM,
+    "relay_events_per_s": r"^\|\s*median\s*\|\s*" + NUM,
+    "ceiling_events_per_s": r"^\|\s*median\s*\|[^|]*\|\s*" + NUM,
+    "relay_cpu_us_per_event": r"^\|\s*median\s*\|(?:[^|]*\|){3}\s*" + NUM,
+    "ceiling_cpu_us_per_event": r"^\|\s*median\s*\|(?:[^|]*\|){4}\s*" + NUM,
+    "lag_p50_ms": r"lag commit -> consumer.*?p50\s+" + NUM + r"\s*ms",
+    "lag_p99_ms": r"lag commit -> consumer.*?p99\s+" + NUM + r"\s*ms",
+}
+
+FANOUT = {
+    "ratio": r"^median:.*ratio\s+" + NUM,
+    "worker_rows_per_s": r"^median:\s*worker\s+" + NUM,
+    "ceiling_rows_per_s": r"^median:.*ceiling\s+" + NUM,
+    "small_events_per_s": r"10-follower authors:\s*" + NUM,
+}
+
+API = {
+    "p99_ratio_big_small": r"p99 ratio big/small\s*=\s*" + NUM,
+    "post_p99_ms_10_followers": r"POST /v1/posts, 10 followers:.*?p99\s+" + NUM,
+    "post_p99_ms_100k_followers": r"POST /v1/posts, 100,000 followers:.*?p99\s+" + NUM,
+    "api_posts_per_s": r"throughput,.*?api\s+" + NUM + r"\s*posts/s",
+    "pgbench_tps": r"throughput,.*?pgbench same transaction\s+" + NUM + r"\s*tps",
+    "throughput_ratio": r"throughput,.*?ratio\s+" + NUM,
+    "timeline_first_p99_ms": r"GET /v1/timeline first page.*?p99\s+" + NUM,
+}
+
+
+def relay(text: str) -> dict[str, Any]:
+    return _find(RELAY, text)
+
+
+def fanout(text: str) -> dict[str, Any]:
+    return _find(FANOUT, text)
+
+
+def api(text: str) -> dict[str, Any]:
+    return _find(API, text)
+
+
+PARSERS = {"relay": relay, "fanout": fanout, "api": api}

@@ -1,0 +1,80 @@
+"""PNG plots of a run (matplotlib, Agg backend): latency CDFs per source, throughput over time, idle load."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from bench.lib.stats import buckets
+
+COLORS = {"cdc": "tab:blue", "poll-1s": "tab:red", "poll-100ms": "tab:orange"}
+
+
+def latency_cdf(samples: Mapping[str, Mapping[str, Sequence[float]]], path: Path) -> None:
+    """samples: source -> rate -> latencies (ms, all runs pooled). One panel per rate, log x axis."""
+    rates = sorted({r for by_rate in samples.values() for r in by_rate}, key=float)
+    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.5), squeeze=False)
+    for ax, rate in zip(axes[0], rates, strict=True):
+        for source, by_rate in samples.items():
+            values = sorted(by_rate.get(rate, []))
+            if not values:
+                continue
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            ax.plot(values, ys, label=f"{source} (n={len(values)})", color=COLORS.get(source))
+        ax.set_xscale("log")
+        ax.set_xlabel("commit -> visible in all followers' timelines (ms, log)")
+        ax.set_ylabel("fraction of posts")
+        ax.set_title(f"{rate} posts/s asked")
+        for q in (0.5, 0.95, 0.99):
+            ax.axhline(q, color="grey", linewidth=0.5, linestyle=":")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right")
+    fig.suptitle("End-to-end latency per source (CDF, all runs)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def throughput(series: Mapping[str, Mapping[str, Any]], rate: str, path: Path) -> None:
+    """series: source -> {"commit_times": [...], "visible_times": [...]} of one run at `rate`."""
+    sources = list(series)
+    fig, axes = plt.subplots(len(sources), 1, figsize=(9, 2.6 * len(sources)), squeeze=False, sharex=True)
+    for ax, source in zip(axes[:, 0], sources, strict=True):
+        run = series[source]
+        committed, visible = buckets(run["commit_times"], 0.0), buckets(run["visible_times"], 0.0)
+        ax.step(range(len(committed)), committed, where="post", label="committed/s", color="grey")
+        ax.step(range(len(visible)), visible, where="post", label="visible/s", color=COLORS.get(source))
+        ax.set_ylabel("posts/s")
+        ax.set_title(f"{source}", loc="left")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("seconds since the first post")
+    fig.suptitle(f"Throughput over time at {rate} posts/s asked (first run)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def idle_load(load: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> None:
+    """What each source costs the database with nothing to do: transactions/s and backend CPU %."""
+    sources = [s for s in load if "idle" in load[s]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    xact = [load[s]["idle"].get("xact_commit_per_s", 0.0) for s in sources]
+    cpu = [100 * load[s]["idle"].get("source_backend_cpu_s_per_s", 0.0) for s in sources]
+    colors = [COLORS.get(s, "tab:grey") for s in sources]
+    left.bar(sources, xact, color=colors)
+    left.set_title("transactions/s in the bench database")
+    right.bar(sources, cpu, color=colors)
+    right.set_title("CPU % of the source's Postgres backend")
+    for ax in (left, right):
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Idle phase: no posts written")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,98 @@
+"""The report: medians over runs, the ratio table and the Markdown rendering. Pure (tests/unit/test_bench_report.py).
+
+The report is a plain dict (written as report.json): `e2e` (source -> rate -> runs and medians), `load`
+(source -> phase -> rates per second), `ratios` (name -> runs and medians) and `meta`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.lib.stats import median_of
+
+# name, script, figure, its ceiling, ratio, target, unit, what the ceiling is
+RATIOS: tuple[tuple[str, str, str, str, str, str, str], ...] = (
+    ("relay ÷ bare publisher", "relay", "relay_events_per_s", "ceiling_events_per_s", "ratio", ">= 0.8", "events/s"),
+    ("fan-out ÷ bare SQL", "fanout", "worker_rows_per_s", "ceiling_rows_per_s", "ratio", ">= 0.8", "rows/s"),
+    ("API posts ÷ pgbench", "api", "api_posts_per_s", "pgbench_tps", "throughput_ratio", ">= 0.5", "posts/s"),
+    ("POST p99: 100k ÷ 10 followers", "api", "post_p99_ms_100k_followers", "post_p99_ms_10_followers",
+     "p99_ratio_big_small", "<= 1.2", "ms"),
+)
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float | int) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def script_medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Median of every numeric figure over the runs of one script (a figure missing from a run is skipped)."""
+    keys = sorted({k for r in runs for k, v in r.items() if isinstance(v, int | float)})
+    return {k: median_of([{k: float(r[k])} for r in runs if isinstance(r.get(k), int | float)], k) for k in keys}
+
+
+def ratio_rows(scripts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, script, figure, ceiling, ratio, target, unit in RATIOS:
+        med = scripts.get(script, {}).get("median", {})
+        runs = len(scripts.get(script, {}).get("runs", []))
+        rows.append({"name": name, "value": med.get(figure, math.nan), "ceiling": med.get(ceiling, math.nan),
+                     "ratio": med.get(ratio, math.nan), "target": target, "unit": unit, "runs": runs})
+    return rows
+
+
+def e2e_table(e2e: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    lines = ["| source | asked posts/s | achieved posts/s | p50 ms | p95 ms | p99 ms | max ms | not visible | runs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for source, by_rate in e2e.items():
+        for rate, entry in by_rate.items():
+            m = entry["median"]
+            lines.append(f"| {source} | {rate} | {fmt(m.get('achieved'))} | {fmt(m.get('p50'))} | "
+                         f"{fmt(m.get('p95'))} | {fmt(m.get('p99'))} | {fmt(m.get('max'))} | "
+                         f"{fmt(m.get('unfinished'), 0)} | {len(entry['runs'])} |")
+    return lines
+
+
+def load_table(load: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    lines = ["| source | phase | xact/s | tup_returned/s | tup_fetched/s | blks_hit/s | source backend CPU % | "
+             "source process CPU % | all bench backends CPU % |", "|---|---|---|---|---|---|---|---|---|"]
+    for source, phases in load.items():
+        for phase, d in phases.items():
+            lines.append(
+                f"| {source} | {phase} | {fmt(d.get('xact_commit_per_s'))} | {fmt(d.get('tup_returned_per_s'))} | "
+                f"{fmt(d.get('tup_fetched_per_s'))} | {fmt(d.get('blks_hit_per_s'))} | "
+                f"{fmt(100 * d.get('source_backend_cpu_s_per_s', math.nan), 2)} | "
+                f"{fmt(100 * d.get('source_process_cpu_s_per_s', math.nan), 2)} | "
+                f"{fmt(100 * d.get('backend_cpu_s_per_s', math.nan), 2)} |")
+    return lines
+
+
+def ratio_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = ["| ratio | measured | ceiling (same run) | ratio (median) | target | runs |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {fmt(r['value'])} {r['unit']} | {fmt(r['ceiling'])} {r['unit']} | "
+                     f"{fmt(r['ratio'], 2)} | {r['target']} | {r['runs']} |")
+    return lines
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    meta = report.get("meta", {})
+    out = [f"# walfeed benchmark ({meta.get('mode', '?')} mode)", "",
+           f"Machine: {meta.get('nproc', '?')} cores, load average {meta.get('load_before', '?')} before, "
+           f"{meta.get('load_after', '?')} after; {meta.get('duration_s', 0):.0f} s in all. "
+           f"Latency figures are medians over runs of each run's percentile.", "",
+           "## End-to-end latency: post commit -> rows in all followers' timelines", "",
+           *e2e_table(report.get("e2e", {})), "",
+           "## Database load per source (idle: no posts; rates: during the latency runs)", "",
+           *load_table(report.get("load", {})), "",
+           "## Ratios against ceilings measured in the same run", "",
+           *ratio_table(report.get("ratios", [])), ""]
+    notes = report.get("notes", [])
+    if notes:
+        out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(out)

@@ -1,0 +1,53 @@
+"""The three existing benchmark scripts, run as subprocesses with their own (smaller) flags, parsed.
+
+They clean up their own database and AMQP names in `finally` blocks, so on Ctrl-C they get the SIGINT (same
+process group) and are waited for, never killed first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.lib import parse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# script -> (file, flags in quick mode, flags in full mode, runs in quick mode, runs in full mode)
+PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
+    "relay": ("relay_throughput.py", ["--events", "5000", "--pairs", "3", "--lag-seconds", "3"],
+              ["--events", "20000", "--pairs", "5", "--lag-seconds", "8"], 1, 1),
+    "fanout": ("fanout_throughput.py", ["--runs", "3", "--posts", "15", "--small-events", "200"],
+               ["--runs", "5", "--posts", "40", "--small-events", "500"], 1, 1),
+    "api": ("api_latency.py", ["--requests", "80", "--seconds", "2"],
+            ["--requests", "200", "--seconds", "4"], 1, 3),
+}
+ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 45.0)}  # seconds per run: quick, full
+
+
+def command(name: str, quick: bool) -> list[str]:
+    file, quick_flags, full_flags, _, _ = PLAN[name]
+    return [sys.executable, str(ROOT / "bench" / file), *(quick_flags if quick else full_flags)]
+
+
+def runs(name: str, quick: bool) -> int:
+    return PLAN[name][3] if quick else PLAN[name][4]
+
+
+def run(name: str, quick: bool, log: Path) -> dict[str, Any]:
+    """One run: the parsed figures, plus `error` when the script failed."""
+    proc = subprocess.Popen(command(name, quick), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate()
+    except KeyboardInterrupt:
+        proc.wait(120)  # it got the SIGINT too: let it drop its database and queues
+        raise
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(command(name, quick))}\n{out}\n")
+    figures = parse.PARSERS[name](out)
+    if proc.returncode != 0:
+        figures["error"] = f"exit {proc.returncode}: {out.strip().splitlines()[-1] if out.strip() else ''}"
+    return figures

@@ -1,0 +1,237 @@
+"""The system benchmark (issue 6): end-to-end latency and database load per event source, and the ratios of the
+relay, worker and API benchmarks against their ceilings, in one command, with a report and plots.
+
+    .venv/bin/python bench/run_all.py [--quick] [--out bench/results/<timestamp>] [--skip-scripts]
+
+1. For each source (CDC relay; polling outbox at 1 s and 100 ms intervals) in its own database and AMQP prefix,
+   with the same worker processes: an idle phase (no posts; what the source costs when nothing happens), then
+   paced writers at 100 and 1,000 posts/s, measuring post commit -> rows in all followers' timelines
+   (bench/lib/e2e.py) and the database load of the same phase (bench/lib/dbload.py). Repeated --reps times,
+   sources interleaved within each repetition; medians over repetitions.
+2. bench/relay_throughput.py, fanout_throughput.py and api_latency.py as subprocesses (bench/lib/scripts.py),
+   parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k / 10 followers.
+3. report.json, report.md, samples.json and PNG plots in the results folder.
+
+Full mode: ~12 minutes on a 2-core machine; --quick: ~3 minutes. Everything it creates is removed at the end,
+also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lib import dbload, e2e, infra, plots, report, scripts, stats  # noqa: E402
+from bench.lib.progress import Progress  # noqa: E402
+
+AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 timeline rows per post (own row)
+WORKERS, WORKER_THREADS = 2, 2  # worker processes x handler threads, the same for every source
+
+
+def last_follower(author: int) -> int:
+    """The follower of `author` with the highest id (infra.SEED): the worker's keyset fan-out writes it last."""
+    return author + AUTHORS * PER_AUTHOR
+
+
+def writers_for(rate: int) -> int:
+    """Writer threads (connections): one commit waits for its WAL flush, so 1,000/s needs several."""
+    return max(1, min(4, -(-rate // 250)))
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    rates: tuple[int, ...]
+    seconds: float  # writing time per latency run
+    reps: int
+    idle: float
+    drain: float  # seconds a run waits for its last posts to become visible
+
+
+QUICK = Mode("quick", (100, 1000), 4.0, 1, 8.0, 20.0)
+FULL = Mode("full", (100, 1000), 10.0, 3, 20.0, 30.0)
+START_COST = 6.0  # seconds to start a source's processes and warm it up
+
+
+def plan(mode: Mode, sources: tuple[infra.Source, ...], with_scripts: bool) -> list[tuple[str, float]]:
+    steps: list[tuple[str, float]] = [("setup: databases, prefixes, slot", 8.0)]
+    for rep in range(mode.reps):
+        for source in sources:
+            steps.append((f"run {rep + 1}/{mode.reps} {source.name}: start + warm-up", START_COST))
+            if rep == 0:
+                steps.append((f"{source.name}: idle {mode.idle:.0f}s", mode.idle))
+            steps += [(f"run {rep + 1}/{mode.reps} {source.name}: {r} posts/s", mode.seconds + 2.0 + r / 500)
+                      for r in mode.rates]
+    if with_scripts:
+        quick = mode is QUICK
+        for name in scripts.PLAN:
+            for i in range(scripts.runs(name, quick)):
+                steps.append((f"{name} benchmark, run {i + 1}", scripts.ESTIMATE[name][0 if quick else 1]))
+    steps.append(("report and plots", 5.0))
+    return steps
+
+
+def process_env(url: str, prefix: str, slot: str, source: infra.Source) -> dict[str, str]:
+    return {"WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": infra.AMQP, "WALFEED_AMQP_PREFIX": prefix,
+            "WALFEED_SLOT": slot, "WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_WORKER_METRICS_PORT": "0",
+            "WALFEED_WORKER_CONCURRENCY": str(WORKER_THREADS), "WALFEED_LOG_LEVEL": "WARNING", **source.env}
+
+
+class Bench:
+    def __init__(self, mode: Mode, out: Path, res: infra.Resources, progress: Progress) -> None:
+        self.mode, self.out, self.res, self.progress = mode, out, res, progress
+        self.e2e: dict[str, dict[str, list[dict[str, float]]]] = {}
+        self.samples: dict[str, dict[str, list[float]]] = {}
+        self.series: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.load: dict[str, dict[str, list[dict[str, float]]]] = {}
+        self.notes: list[str] = []
+
+    def source_rep(self, source: infra.Source, url: str, prefix: str, slot: str, rep: int) -> None:
+        self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: start + warm-up")
+        env = process_env(url, prefix, slot, source)
+        workers = [self.res.start(f"worker-{source.name}-{i}", ["worker"], env) for i in range(WORKERS)]
+        relay = self.res.start(f"relay-{source.name}", ["relay", "--source", source.kind], env)
+        dbname = url.split("dbname=")[1].split()[0]
+        try:
+            warm = e2e.run(url, AUTHORS, PER_AUTHOR + 1, last_follower, rate=50, seconds=1.0, drain=60.0, writers=1)
+            if warm.unfinished:
+                raise RuntimeError(f"{source.name}: warm-up posts not visible after 60 s; see {self.out}/logs")
+            with infra.admin() as admin:
+                if rep == 0:
+                    self.progress.start(f"{source.name}: idle {self.mode.idle:.0f}s")
+                    before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
+                    time.sleep(self.mode.idle)  # the idle phase itself: nothing is written
+                    self.record_load(source, "idle", admin, dbname, before, relay.pid, cpu)
+                for rate in self.mode.rates:
+                    self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: {rate} posts/s")
+                    before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
+                    run = e2e.run(url, AUTHORS, PER_AUTHOR + 1, last_follower, rate, self.mode.seconds, self.mode.drain,
+                                  writers=writers_for(rate))
+                    self.record_load(source, f"{rate}/s", admin, dbname, before, relay.pid, cpu)
+                    self.record_run(source, rate, run, first=rep == 0)
+        finally:
+            self.res.stop(relay)
+            for w in workers:
+                self.res.stop(w)
+
+    def record_load(self, source: infra.Source, phase: str, admin: Any, dbname: str, before: dbload.Snapshot,
+                    pid: int, cpu_before: float) -> None:
+        d = dbload.delta(before, dbload.take(admin, dbname), source.apps)
+        d["source_process_cpu_s_per_s"] = ((dbload.cpu_seconds(pid) or cpu_before) - cpu_before) / d["seconds"]
+        self.load.setdefault(source.name, {}).setdefault(phase, []).append(d)
+
+    def record_run(self, source: infra.Source, rate: int, run: e2e.Run, first: bool) -> None:
+        figures = stats.summary(run.latencies_ms)
+        figures.update(achieved=run.achieved, unfinished=float(run.unfinished),
+                       watcher_period_ms=run.watcher_period_ms)
+        self.e2e.setdefault(source.name, {}).setdefault(str(rate), []).append(figures)
+        self.samples.setdefault(source.name, {}).setdefault(str(rate), []).extend(run.latencies_ms)
+        if first:
+            self.series.setdefault(source.name, {})[str(rate)] = {"commit_times": run.commit_times,
+                                                                  "visible_times": run.visible_times}
+        self.progress.note(f"achieved {run.achieved:,.0f} posts/s, p50 {figures['p50']:.1f} ms, "
+                           f"p99 {figures['p99']:.1f} ms, not visible {run.unfinished}")
+        if run.achieved < 0.95 * rate:
+            self.notes.append(f"{source.name} at {rate} posts/s: the writers sustained only {run.achieved:,.0f}/s")
+        if run.unfinished:
+            self.notes.append(f"{source.name} at {rate} posts/s: {run.unfinished} posts not in all timelines "
+                              f"{self.mode.drain:.0f} s after the last commit (excluded from the percentiles)")
+
+
+def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name in scripts.PLAN:
+        runs = []
+        for i in range(scripts.runs(name, quick)):
+            progress.start(f"{name} benchmark, run {i + 1}")
+            figures = scripts.run(name, quick, out / "logs" / f"{name}_benchmark.log")
+            if figures["missing"] or "error" in figures:
+                progress.note(f"{name}: missing {figures['missing']} {figures.get('error', '')}")
+            runs.append(figures)
+        results[name] = {"runs": runs, "median": report.script_medians(runs)}
+    return results
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>)")
+    parser.add_argument("--reps", type=int, help="repetitions of the latency runs (quick 1, full 3)")
+    parser.add_argument("--skip-scripts", action="store_true", help="latency and load only")
+    args = parser.parse_args()
+    mode = QUICK if args.quick else FULL
+    if args.reps:
+        mode = Mode(mode.name, mode.rates, mode.seconds, args.reps, mode.idle, mode.drain)
+    out = args.out or ROOT / "bench" / "results" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    sources = infra.SOURCES
+    progress = Progress(plan(mode, sources, not args.skip_scripts))
+    meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": load_avg(),
+                            "reps": mode.reps, "seconds_per_run": mode.seconds, "idle_seconds": mode.idle,
+                            "authors": AUTHORS, "followers_per_author": PER_AUTHOR, "workers": WORKERS,
+                            "worker_threads": WORKER_THREADS, "writes": "direct SQL, the API's statements"}
+    tag = uuid.uuid4().hex[:6]
+    with infra.Resources(tag, out / "logs") as res:
+        progress.start("setup: databases, prefixes, slot")
+        urls = res.seeded_databases([s.name for s in sources], AUTHORS, PER_AUTHOR)
+        names = {s.name: (res.prefix(s.name), res.slot(urls[s.name], s.name) if s.kind == "cdc" else "unused")
+                 for s in sources}
+        bench = Bench(mode, out, res, progress)
+        for rep in range(mode.reps):
+            for source in sources:
+                prefix, slot = names[source.name]
+                bench.source_rep(source, urls[source.name], prefix, slot, rep)
+    ratios = {} if args.skip_scripts else run_scripts(mode is QUICK, out, progress)
+    progress.start("report and plots")
+    meta.update(load_after=load_avg(), duration_s=progress.elapsed())
+    load = {s: {p: stats.medians(v) for p, v in by.items()} for s, by in bench.load.items()}
+    result: dict[str, Any] = {
+        "meta": meta,
+        "e2e": {s: {r: {"runs": runs, "median": stats.medians(runs)} for r, runs in by.items()}
+                for s, by in bench.e2e.items()},
+        "load": load,
+        "scripts": ratios,
+        "ratios": report.ratio_rows(ratios),
+        "notes": bench.notes,
+    }
+    (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "report.md").write_text(report.markdown(result))
+    (out / "samples.json").write_text(json.dumps({"latencies_ms": bench.samples, "series": bench.series}))
+    plots.latency_cdf(bench.samples, out / "latency_cdf.png")
+    for rate in mode.rates:
+        plots.throughput({s: by[str(rate)] for s, by in bench.series.items() if str(rate) in by}, str(rate),
+                         out / f"throughput_{rate}.png")
+    plots.idle_load(load, out / "idle_load.png")
+    print(report.markdown(result))
+    print(f"\nresults in {out} ({progress.elapsed() / 60:.1f} minutes)", file=sys.stderr)
+    return 0
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: the bench's databases, queues and processes were removed", file=sys.stderr)
+        sys.exit(130)

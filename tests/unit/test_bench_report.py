@@ -1,0 +1,93 @@
+"""bench/run_all.py's parsing of the three benchmark scripts' printed summaries and its Markdown report."""
+
+from __future__ import annotations
+
+import math
+
+from bench.lib import dbload, parse, report
+
+RELAY_OUT = """machine: nproc=2 (shared with other work), load average 3.90 3.60 2.42 before; events=10000 window=1000
+| pair | relay ev/s | ceiling ev/s | ratio | relay CPU us/ev | ceiling CPU us/ev |
+|---|---|---|---|---|---|
+| 1 | 3,622 | 6,914 | 0.52 | 45.0 | 26.3 |
+| median | 3,823 | 6,747 | 0.57 | 46.5 | 24.9 |
+ratio relay/ceiling: median of per-pair ratios 0.57 (min 0.52, max 0.61; target >= 0.8)
+lag commit -> consumer at 1000 ev/s for 4s: p50 8.2 ms, p99 75.3 ms, missing 0
+"""
+FANOUT_OUT = """run 1: worker 48,090 rows/s, ceiling 67,195 rows/s, ratio 0.72
+median: worker 40,804 rows/s, ceiling 58,303 rows/s, ratio 0.70 (2 processes x 1 thread vs 2 connections)
+10-follower authors: 151 events/s (300 events, 2 processes)
+"""
+API_OUT = """setup: big has 100000 followers, small 10
+POST /v1/posts, 10 followers:      p50  12.36 ms  p99  57.84 ms
+POST /v1/posts, 100,000 followers: p50  11.31 ms  p99  84.96 ms
+  p99 ratio big/small = 1.47 (target <= 1.2)
+throughput, 16 clients: api   291.2 posts/s, pgbench same transaction  4023.7 tps, ratio 0.07 (target >= 0.5)
+GET /v1/timeline first page (500 followed, 20 celebrities): p50   5.39 ms  p99  29.52 ms
+"""
+
+
+def test_relay_summary() -> None:
+    f = parse.relay(RELAY_OUT)
+    assert f["missing"] == []
+    assert (f["ratio"], f["ratio_min"], f["ratio_max"]) == (0.57, 0.52, 0.61)
+    assert (f["relay_events_per_s"], f["ceiling_events_per_s"]) == (3823.0, 6747.0)
+    assert (f["relay_cpu_us_per_event"], f["ceiling_cpu_us_per_event"]) == (46.5, 24.9)
+    assert (f["lag_p50_ms"], f["lag_p99_ms"]) == (8.2, 75.3)
+
+
+def test_fanout_and_api_summaries() -> None:
+    f = parse.fanout(FANOUT_OUT)
+    assert f == {"ratio": 0.70, "worker_rows_per_s": 40804.0, "ceiling_rows_per_s": 58303.0,
+                 "small_events_per_s": 151.0, "missing": []}
+    a = parse.api(API_OUT)
+    assert a["missing"] == []
+    assert a["p99_ratio_big_small"] == 1.47
+    assert (a["post_p99_ms_10_followers"], a["post_p99_ms_100k_followers"]) == (57.84, 84.96)
+    assert (a["api_posts_per_s"], a["pgbench_tps"], a["throughput_ratio"]) == (291.2, 4023.7, 0.07)
+
+
+def test_a_changed_or_failed_output_names_what_is_missing() -> None:
+    f = parse.relay("Traceback (most recent call last):\n  ...\nConnectionError\n")
+    assert set(f["missing"]) == set(parse.RELAY)
+    assert parse.fanout("")["missing"] == list(parse.FANOUT)
+
+
+def test_ratio_rows_take_medians_of_runs() -> None:
+    api_runs = [parse.api(API_OUT), parse.api(API_OUT.replace("ratio 0.07", "ratio 0.09"))]
+    scripts = {"api": {"runs": api_runs, "median": report.script_medians(api_runs)},
+               "relay": {"runs": [parse.relay(RELAY_OUT)], "median": report.script_medians([parse.relay(RELAY_OUT)])}}
+    rows = {r["name"]: r for r in report.ratio_rows(scripts)}
+    assert rows["API posts ÷ pgbench"]["ratio"] == 0.08
+    assert rows["API posts ÷ pgbench"]["runs"] == 2
+    assert rows["relay ÷ bare publisher"]["ceiling"] == 6747.0
+    assert math.isnan(rows["fan-out ÷ bare SQL"]["ratio"])  # not run: shown as n/a, not as a number
+
+
+def test_markdown_has_every_table() -> None:
+    rep = {
+        "meta": {"mode": "quick", "nproc": 2, "load_before": "1.00", "load_after": "2.00", "duration_s": 180.0},
+        "e2e": {"cdc": {"100": {"runs": [{}], "median": {"achieved": 100.0, "p50": 7.5, "p95": 29.8, "p99": 55.0,
+                                                           "max": 78.5, "unfinished": 0.0}}}},
+        "load": {"poll-100ms": {"idle": {"xact_commit_per_s": 10.6, "source_backend_cpu_s_per_s": 0.0037}}},
+        "ratios": report.ratio_rows({}),
+        "notes": ["cdc at 1000 posts/s: the writers sustained only 417/s"],
+    }
+    md = report.markdown(rep)
+    assert "| cdc | 100 | 100.0 | 7.5 | 29.8 | 55.0 | 78.5 | 0 | 1 |" in md
+    assert "| poll-100ms | idle | 10.6 | n/a | n/a | n/a | 0.37 | n/a | n/a |" in md
+    assert "| relay ÷ bare publisher | n/a events/s | n/a events/s | n/a | >= 0.8 | 0 |" in md
+    assert "- cdc at 1000 posts/s: the writers sustained only 417/s" in md
+
+
+def test_load_delta_counts_new_backends_from_zero_and_groups_the_source() -> None:
+    before = dbload.Snapshot(10.0, {"xact_commit": 100, "tup_returned": 0},
+                             {1: ("walfeed-poller", 2.0), 2: ("client backend", 5.0)})
+    after = dbload.Snapshot(20.0, {"xact_commit": 200, "tup_returned": 50},
+                            {1: ("walfeed-poller", 2.5), 2: ("client backend", 6.0), 3: ("client backend", 0.5)})
+    d = dbload.delta(before, after, ("walfeed-poller",))
+    assert d["seconds"] == 10.0
+    assert d["xact_commit_per_s"] == 10.0
+    assert d["tup_returned_per_s"] == 5.0
+    assert d["source_backend_cpu_s_per_s"] == 0.05
+    assert abs(d["backend_cpu_s_per_s"] - 0.2) < 1e-9
