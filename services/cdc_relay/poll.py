@@ -138,6 +138,7 @@ class Poller:
 
     def _claim(self, size: int) -> int:
         conn = self._connection()
+        began = time.monotonic()
         rows = conn.execute(poll_sql.CLAIM, poll_sql.claim_params(self.id, size, self._poll.lease)).fetchall()
         POLLS.inc()
         if not rows:
@@ -150,7 +151,8 @@ class Poller:
         self._claims.claimed(m.message_id for m in batch)
         metrics.IN_FLIGHT.set(self._claims.in_flight)
         self._publisher.submit(batch)
-        log.debug("claimed", extra={"count": len(batch), "in_flight": self._claims.in_flight})
+        log.debug("claimed", extra={"count": len(batch), "in_flight": self._claims.in_flight,
+                                    "claim_ms": round((time.monotonic() - began) * 1000, 1)})
         return len(batch)
 
     def _mark(self, stopping: bool) -> None:

@@ -38,8 +38,12 @@ class PollSettings:
 
 
 def claim_size(batch: int, window: int, in_flight: int) -> int:
-    """Rows to claim now: a batch, but never more than the window has room for (0: wait for confirms)."""
-    return max(0, min(batch, window - in_flight))
+    """Rows to claim now: a batch, never more than the window has room for, and 0 (wait for confirms) while the
+    room is under half a batch: a trickle of confirms would otherwise cost one claim statement each."""
+    want, room = min(batch, window), window - in_flight
+    if in_flight and room < (want + 1) // 2:
+        return 0
+    return max(0, min(want, room))
 
 
 def next_poll_delay(asked: int, got: int, interval: float) -> float:

@@ -33,6 +33,10 @@ def test_claim_size_is_bounded_by_the_window() -> None:
     assert claim_size(batch=500, window=1000, in_flight=0) == 500
     assert claim_size(batch=500, window=1000, in_flight=700) == 300
     assert claim_size(batch=500, window=1000, in_flight=1000) == 0
+    assert claim_size(batch=500, window=1000, in_flight=751) == 0  # less than half a batch of room: wait
+    assert claim_size(batch=500, window=1000, in_flight=750) == 250
+    assert claim_size(batch=500, window=100, in_flight=0) == 100
+    assert claim_size(batch=1, window=1, in_flight=0) == 1
     assert claim_size(batch=500, window=1000, in_flight=1200) == 0  # re-claimed duplicates can overshoot
 
 
