@@ -62,7 +62,7 @@ class Mode:
 
 
 QUICK = Mode("quick", (100, 1000), 4.0, 1, 8.0, 20.0)
-FULL = Mode("full", (100, 1000), 10.0, 3, 20.0, 30.0)
+FULL = Mode("full", (100, 1000), 8.0, 3, 20.0, 40.0)
 START_COST = 6.0  # seconds to start a source's processes and warm it up
 
 
@@ -106,7 +106,8 @@ class Bench:
         relay = self.res.start(f"relay-{source.name}", ["relay", "--source", source.kind], env)
         dbname = url.split("dbname=")[1].split()[0]
         try:
-            warm = e2e.run(url, AUTHORS, PER_AUTHOR + 1, last_follower, rate=50, seconds=1.0, drain=60.0, writers=1)
+            warm = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate=50, seconds=1.0,
+                           drain=60.0, writers=1)
             if warm.unfinished:
                 raise RuntimeError(f"{source.name}: warm-up posts not visible after 60 s; see {self.out}/logs")
             with infra.admin() as admin:
@@ -118,8 +119,8 @@ class Bench:
                 for rate in self.mode.rates:
                     self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: {rate} posts/s")
                     before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
-                    run = e2e.run(url, AUTHORS, PER_AUTHOR + 1, last_follower, rate, self.mode.seconds, self.mode.drain,
-                                  writers=writers_for(rate))
+                    run = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate,
+                                  self.mode.seconds, self.mode.drain, writers=writers_for(rate))
                     self.record_load(source, f"{rate}/s", admin, dbname, before, relay.pid, cpu)
                     self.record_run(source, rate, run, first=rep == 0)
         finally:
@@ -135,6 +136,7 @@ class Bench:
 
     def record_run(self, source: infra.Source, rate: int, run: e2e.Run, first: bool) -> None:
         figures = stats.summary(run.latencies_ms)
+        figures.update({f"broker_{k}": v for k, v in stats.summary(run.to_broker_ms).items() if k != "count"})
         figures.update(achieved=run.achieved, unfinished=float(run.unfinished),
                        watcher_period_ms=run.watcher_period_ms)
         self.e2e.setdefault(source.name, {}).setdefault(str(rate), []).append(figures)
@@ -143,7 +145,8 @@ class Bench:
             self.series.setdefault(source.name, {})[str(rate)] = {"commit_times": run.commit_times,
                                                                   "visible_times": run.visible_times}
         self.progress.note(f"achieved {run.achieved:,.0f} posts/s, p50 {figures['p50']:.1f} ms, "
-                           f"p99 {figures['p99']:.1f} ms, not visible {run.unfinished}")
+                           f"p99 {figures['p99']:.1f} ms, not visible {run.unfinished}; to broker p50 "
+                           f"{figures['broker_p50']:.1f} ms, p99 {figures['broker_p99']:.1f} ms")
         if run.achieved < 0.95 * rate:
             self.notes.append(f"{source.name} at {rate} posts/s: the writers sustained only {run.achieved:,.0f}/s")
         if run.unfinished:

@@ -11,6 +11,7 @@ is "visible" through the API at once; the rows in `timelines` are what the relay
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pika
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -36,6 +38,7 @@ class Book:
     committed: dict[int, float] = field(default_factory=dict)
     authors: dict[int, int] = field(default_factory=dict)
     visible: dict[int, float] = field(default_factory=dict)
+    published: dict[int, float] = field(default_factory=dict)  # received from the events exchange
     polls: int = 0
     poll_seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -64,9 +67,9 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
         assert row is not None
         post_id = int(row[0])
         event = Event.new(events.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
-        conn.execute(vars(api_sql)["INSERT_OUTBOX"], {"id": event.id, "aggregatetype": event.aggregate_type,
-                                             "aggregateid": event.aggregate_id, "type": event.type,
-                                             "payload": Jsonb(event.payload)})
+        outbox = {"id": event.id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
+                  "type": event.type, "payload": Jsonb(event.payload)}
+        conn.execute(vars(api_sql)["INSERT_OUTBOX"], outbox)
     return post_id
 
 
@@ -117,20 +120,48 @@ def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int
             time.sleep(max(period - spent, 2 * spent))  # the watcher's period; at most a third of a backend
 
 
+def listener(amqp_url: str, prefix: str, book: Book, ready: threading.Event, stop: threading.Event) -> None:
+    """The source's own latency, apart from the worker: when each post.created reaches a consumer of
+    `{prefix}.events` (an exclusive queue of this thread, gone with its connection)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = conn.channel()
+        queue = channel.queue_declare(f"{prefix}.bench.seen", exclusive=True, auto_delete=True).method.queue
+        channel.queue_bind(queue, f"{prefix}.events", routing_key=events.POST_CREATED)
+
+        def seen(_ch: object, _method: object, _props: object, body: bytes) -> None:
+            post_id = int(json.loads(body)["payload"]["post_id"])
+            with book.lock:
+                book.published.setdefault(post_id, time.monotonic())
+
+        channel.basic_consume(queue, seen, auto_ack=True)
+        ready.set()
+        while not stop.is_set():
+            conn.process_data_events(time_limit=0.05)
+    finally:
+        ready.set()
+        conn.close()
+
+
 @dataclass(frozen=True)
 class Run:
     rate: float  # asked, posts/s
     achieved: float  # committed posts / writing seconds
     latencies_ms: list[float]
+    to_broker_ms: list[float]  # commit -> received from the events exchange (the source alone)
     unfinished: int  # committed, not visible before the drain deadline
     commit_times: list[float]  # seconds from the start
     visible_times: list[float]
     watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
 
 
-def run(url: str, authors: int, expected: int, probe_user: Callable[[int], int], rate: float, seconds: float,
-        drain: float, writers: int, watch_period: float = 0.005) -> Run:
-    book, stop = Book(), threading.Event()
+def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
+        rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005) -> Run:
+    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement."""
+    book, stop, ready = Book(), threading.Event(), threading.Event()
+    listen = threading.Thread(target=listener, args=(*amqp, book, ready, stop), daemon=True)
+    listen.start()
+    ready.wait(10)
     total = max(1, due(seconds, rate, 10**9) - 1)
     watch = threading.Thread(target=watcher, args=(url, book, expected, probe_user, watch_period, stop), daemon=True)
     watch.start()
@@ -147,11 +178,13 @@ def run(url: str, authors: int, expected: int, probe_user: Callable[[int], int],
         time.sleep(0.05)  # waiting for the pipeline to drain, bounded
     stop.set()
     watch.join(10)
+    listen.join(10)
     with book.lock:
         lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
         unfinished = len(book.committed) - len(lat)
+        to_broker = [(book.published[p] - t) * 1000 for p, t in book.committed.items() if p in book.published]
         commits = sorted(t - started for t in book.committed.values())
         visibles = sorted(t - started for t in book.visible.values())
         watched = time.monotonic() - started
         period = (watched * 1000 / book.polls) if book.polls else float("nan")
-    return Run(rate, len(book.committed) / wrote, lat, unfinished, commits, visibles, period)
+    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period)

@@ -54,9 +54,11 @@ API = {
     "p99_ratio_big_small": r"p99 ratio big/small\s*=\s*" + NUM,
     "post_p99_ms_10_followers": r"POST /v1/posts, 10 followers:.*?p99\s+" + NUM,
     "post_p99_ms_100k_followers": r"POST /v1/posts, 100,000 followers:.*?p99\s+" + NUM,
-    "api_posts_per_s": r"throughput,.*?api\s+" + NUM + r"\s*posts/s",
-    "pgbench_tps": r"throughput,.*?pgbench same transaction\s+" + NUM + r"\s*tps",
-    "throughput_ratio": r"throughput,.*?ratio\s+" + NUM,
+    # "median: api N posts/s, pgbench N tps (...), median ratio R" (pairs), or the earlier one-run line
+    # "throughput, 16 clients: api N posts/s, pgbench same transaction N tps, ratio R"
+    "api_posts_per_s": r"(?:^throughput,.*?|^median:\s*)api\s+" + NUM + r"\s*posts/s",
+    "pgbench_tps": r"(?:^throughput,|^median:\s*api).*?pgbench(?: same transaction)?\s+" + NUM + r"\s*tps",
+    "throughput_ratio": r"(?:^throughput,|^median:\s*api).*?ratio\s+" + NUM,
     "timeline_first_p99_ms": r"GET /v1/timeline first page.*?p99\s+" + NUM,
 }
 

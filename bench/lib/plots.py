@@ -34,7 +34,7 @@ def latency_cdf(samples: Mapping[str, Mapping[str, Sequence[float]]], path: Path
         for q in (0.5, 0.95, 0.99):
             ax.axhline(q, color="grey", linewidth=0.5, linestyle=":")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right")
+        ax.legend(loc="best")
     fig.suptitle("End-to-end latency per source (CDF, all runs)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -53,6 +53,7 @@ def throughput(series: Mapping[str, Mapping[str, Any]], rate: str, path: Path) -
         ax.set_ylabel("posts/s")
         ax.set_title(f"{source}", loc="left")
         ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
         ax.legend(loc="upper right")
     axes[-1, 0].set_xlabel("seconds since the first post")
     fig.suptitle(f"Throughput over time at {rate} posts/s asked (first run)")

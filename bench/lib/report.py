@@ -47,14 +47,15 @@ def ratio_rows(scripts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def e2e_table(e2e: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    lines = ["| source | asked posts/s | achieved posts/s | p50 ms | p95 ms | p99 ms | max ms | not visible | runs |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| source | asked posts/s | achieved posts/s | p50 ms | p95 ms | p99 ms | max ms | not visible | "
+             "to broker p50 ms | to broker p99 ms | runs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for source, by_rate in e2e.items():
         for rate, entry in by_rate.items():
             m = entry["median"]
             lines.append(f"| {source} | {rate} | {fmt(m.get('achieved'))} | {fmt(m.get('p50'))} | "
                          f"{fmt(m.get('p95'))} | {fmt(m.get('p99'))} | {fmt(m.get('max'))} | "
-                         f"{fmt(m.get('unfinished'), 0)} | {len(entry['runs'])} |")
+                         f"{fmt(m.get('unfinished'), 0)} | {fmt(m.get('broker_p50'))} | {fmt(m.get('broker_p99'))} | "
+                         f"{len(entry['runs'])} |")
     return lines
 
 
@@ -87,6 +88,7 @@ def markdown(report: Mapping[str, Any]) -> str:
            f"{meta.get('load_after', '?')} after; {meta.get('duration_s', 0):.0f} s in all. "
            f"Latency figures are medians over runs of each run's percentile.", "",
            "## End-to-end latency: post commit -> rows in all followers' timelines", "",
+           "(\"to broker\": commit -> the post.created message reaching a consumer, the source alone.)", "",
            *e2e_table(report.get("e2e", {})), "",
            "## Database load per source (idle: no posts; rates: during the latency runs)", "",
            *load_table(report.get("load", {})), "",

@@ -47,6 +47,23 @@ def test_fanout_and_api_summaries() -> None:
     assert (a["api_posts_per_s"], a["pgbench_tps"], a["throughput_ratio"]) == (291.2, 4023.7, 0.07)
 
 
+API_PAIRS_OUT = """POST /v1/posts, 10 followers:      p50   2.00 ms  p99   4.00 ms
+POST /v1/posts, 100,000 followers: p50   2.10 ms  p99   4.40 ms
+  p99 ratio big/small = 1.10 (target <= 1.2)
+pair  api posts/s  pgbench tps  ratio  loadgen CPU  api CPU  pgbench CPU  machine busy  (CPU in cores, of 2)
+   1          900         2000   0.45         0.30     1.10         0.20   1.90/1.80
+median: api 912 posts/s, pgbench 2,010 tps (8 connections, same statement), median ratio 0.45 (target >= 0.5)
+bare HTTP stack, GET /healthz, same 16 clients: median 3000 req/s = 1.49 x pgbench (loadgen CPU 0.40, api CPU 1.00)
+"""
+
+
+def test_api_summary_with_interleaved_pairs() -> None:
+    a = parse.api(API_PAIRS_OUT)
+    assert a["missing"] == ["timeline_first_p99_ms"]
+    assert (a["api_posts_per_s"], a["pgbench_tps"], a["throughput_ratio"]) == (912.0, 2010.0, 0.45)
+    assert a["p99_ratio_big_small"] == 1.10
+
+
 def test_a_changed_or_failed_output_names_what_is_missing() -> None:
     f = parse.relay("Traceback (most recent call last):\n  ...\nConnectionError\n")
     assert set(f["missing"]) == set(parse.RELAY)
@@ -68,13 +85,14 @@ def test_markdown_has_every_table() -> None:
     rep = {
         "meta": {"mode": "quick", "nproc": 2, "load_before": "1.00", "load_after": "2.00", "duration_s": 180.0},
         "e2e": {"cdc": {"100": {"runs": [{}], "median": {"achieved": 100.0, "p50": 7.5, "p95": 29.8, "p99": 55.0,
-                                                           "max": 78.5, "unfinished": 0.0}}}},
+                                                           "max": 78.5, "unfinished": 0.0, "broker_p50": 2.0,
+                                                           "broker_p99": 9.0}}}},
         "load": {"poll-100ms": {"idle": {"xact_commit_per_s": 10.6, "source_backend_cpu_s_per_s": 0.0037}}},
         "ratios": report.ratio_rows({}),
         "notes": ["cdc at 1000 posts/s: the writers sustained only 417/s"],
     }
     md = report.markdown(rep)
-    assert "| cdc | 100 | 100.0 | 7.5 | 29.8 | 55.0 | 78.5 | 0 | 1 |" in md
+    assert "| cdc | 100 | 100.0 | 7.5 | 29.8 | 55.0 | 78.5 | 0 | 2.0 | 9.0 | 1 |" in md
     assert "| poll-100ms | idle | 10.6 | n/a | n/a | n/a | 0.37 | n/a | n/a |" in md
     assert "| relay ÷ bare publisher | n/a events/s | n/a events/s | n/a | >= 0.8 | 0 |" in md
     assert "- cdc at 1000 posts/s: the writers sustained only 417/s" in md
