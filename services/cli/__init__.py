@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
-    sub.add_parser("migrate", help="apply db/init/*.sql and create the replication slot; safe to run twice")
+    migrate = sub.add_parser("migrate", help="apply db/init/*.sql and create the replication slot; safe to run twice")
+    migrate.add_argument("--no-slot", action="store_true",
+                         help="schema only, for databases without logical replication (relay --source poll)")
 
     up = sub.add_parser("up", help="local development: infrastructure checks, schema, api + relay + worker")
     up.add_argument("--host", default="127.0.0.1")
@@ -91,7 +93,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "migrate":
         from services.cli import migrate
 
-        return migrate.run(settings)
+        return migrate.run(settings, slot=not args.no_slot)
     if args.command == "up":
         from services.cli import up
 
