@@ -108,8 +108,7 @@ class _KeepAlive(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport (uvloop's is no subclass)
         transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:

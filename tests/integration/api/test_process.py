@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -36,6 +38,40 @@ def test_walfeed_api_process_serves_and_stops_on_sigterm(processes: Processes) -
         assert big.status_code == 413  # the limit came from WALFEED_API_MAX_BODY_BYTES
         assert 'route="/v1/timeline"' in client.get("/metrics").text
     assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+
+
+def _metrics_dirs() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("walfeed-api-metrics-*"))
+
+
+def test_several_worker_processes_share_the_port_and_sum_their_metrics(processes: Processes) -> None:
+    port = free_port()
+    before = _metrics_dirs()
+    api = processes.start("api", "api", "--port", str(port), env={"WALFEED_API_WORKERS": "2"})
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: _ready(base), timeout=60, what="api workers ready")
+    assert len(_metrics_dirs() - before) == 1  # made by `walfeed api` for its workers
+    requests = 30
+    for _ in range(requests):  # a new connection each time: the kernel spreads them over the workers
+        assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+    signup = httpx.post(f"{base}/v1/users", json={"handle": "workers"}, timeout=10).json()
+    post = httpx.post(f"{base}/v1/posts", json={"body": "hi"}, timeout=10,
+                      headers={"Authorization": f"Bearer {signup['token']}"})
+    assert post.status_code == 201
+    line = f'walfeed_api_requests_total{{method="GET",route="/healthz",status="200"}} {float(requests)}'
+    for _ in range(6):  # whichever worker answers the scrape, it reports every worker's requests
+        text = httpx.get(f"{base}/metrics", timeout=10).text
+        assert line in text, text
+        assert 'walfeed_api_requests_total{method="POST",route="/v1/posts",status="201"} 1.0' in text
+    assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+    assert _metrics_dirs() - before == set()  # removed at exit
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_bad_api_setting_stops_at_start_naming_it(processes: Processes) -> None:
