@@ -160,8 +160,7 @@ class Relay:
                 tokens = self._confirmed.get_nowait()
             except queue.Empty:
                 return
-            for token in tokens:
-                token_epoch, seq = cast(tuple[int, int], token)
+            for token_epoch, seq in cast(list[tuple[int, int]], tokens):
                 if token_epoch == epoch:
                     tracker.confirmed(seq)
 
