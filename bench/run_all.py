@@ -66,6 +66,15 @@ FULL = Mode("full", (100, 1000), 8.0, 3, 20.0, 40.0)
 START_COST = 6.0  # seconds to start a source's processes and warm it up
 
 
+WORKER_RATE = 300.0  # posts/s the workers fan out on a busy 2-core machine (for the ETA only)
+
+
+def run_estimate(mode: Mode, rate: int) -> float:
+    """Seconds of one latency run: writing, then the workers' backlog when the rate is above what they do."""
+    backlog = mode.seconds * max(0.0, rate - WORKER_RATE) / WORKER_RATE
+    return mode.seconds + 2.0 + min(backlog, mode.drain)
+
+
 def plan(mode: Mode, sources: tuple[infra.Source, ...], with_scripts: bool) -> list[tuple[str, float]]:
     steps: list[tuple[str, float]] = [("setup: databases, prefixes, slot", 8.0)]
     for rep in range(mode.reps):
@@ -73,7 +82,7 @@ def plan(mode: Mode, sources: tuple[infra.Source, ...], with_scripts: bool) -> l
             steps.append((f"run {rep + 1}/{mode.reps} {source.name}: start + warm-up", START_COST))
             if rep == 0:
                 steps.append((f"{source.name}: idle {mode.idle:.0f}s", mode.idle))
-            steps += [(f"run {rep + 1}/{mode.reps} {source.name}: {r} posts/s", mode.seconds + 2.0 + r / 500)
+            steps += [(f"run {rep + 1}/{mode.reps} {source.name}: {r} posts/s", run_estimate(mode, r))
                       for r in mode.rates]
     if with_scripts:
         quick = mode is QUICK
@@ -164,6 +173,8 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
             if figures["missing"] or "error" in figures:
                 progress.note(f"{name}: missing {figures['missing']} {figures.get('error', '')}")
             runs.append(figures)
+            if "timed out" in figures.get("error", ""):
+                break  # a hung script hangs again: keep the total time bounded
         results[name] = {"runs": runs, "median": report.script_medians(runs)}
     return results
 

@@ -6,6 +6,7 @@ process group) and are waited for, never killed first.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,8 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
     "api": ("api_latency.py", ["--requests", "80", "--seconds", "2", "--pairs", "1"],
             ["--requests", "200", "--seconds", "3", "--pairs", "3"], 1, 2),
 }
-ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 45.0)}  # seconds per run: quick, full
+ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 60.0)}  # seconds per run: quick, full
+TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
 
 
 def command(name: str, quick: bool) -> list[str]:
@@ -40,14 +42,26 @@ def run(name: str, quick: bool, log: Path) -> dict[str, Any]:
     """One run: the parsed figures, plus `error` when the script failed."""
     proc = subprocess.Popen(command(name, quick), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+    timeout = TIMEOUT[0 if quick else 1]
+    timed_out = False
     try:
-        out, _ = proc.communicate()
+        out, _ = proc.communicate(timeout=timeout)
     except KeyboardInterrupt:
         proc.wait(120)  # it got the SIGINT too: let it drop its database and queues
         raise
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.send_signal(signal.SIGINT)  # its `finally` drops its database and queues
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
     with open(log, "a") as f:
         f.write(f"$ {' '.join(command(name, quick))}\n{out}\n")
     figures = parse.PARSERS[name](out)
-    if proc.returncode != 0:
+    if timed_out:
+        figures["error"] = f"timed out after {timeout:.0f} s (stopped with SIGINT)"
+    elif proc.returncode != 0:
         figures["error"] = f"exit {proc.returncode}: {out.strip().splitlines()[-1] if out.strip() else ''}"
     return figures

@@ -77,3 +77,21 @@ def test_progress_lines_and_eta() -> None:
     first, second = out.getvalue().splitlines()
     assert first.startswith("[ 1/2] a") and "ETA    40s" in first
     assert second.startswith("[ 2/2] b") and "elapsed    12s" in second
+
+
+def test_the_planned_phases_fit_the_time_limits() -> None:
+    from bench import run_all
+
+    full = run_all.plan(run_all.FULL, run_all.infra.SOURCES, with_scripts=True)
+    quick = run_all.plan(run_all.QUICK, run_all.infra.SOURCES, with_scripts=True)
+    assert sum(s for _, s in full) < 15 * 60
+    assert sum(s for _, s in quick) < 4 * 60
+    assert sum(1 for name, _ in full if "idle" in name) == len(run_all.infra.SOURCES)  # once per source
+
+
+def test_writers_and_probe_user() -> None:
+    from bench import run_all
+
+    assert [run_all.writers_for(r) for r in (50, 100, 250, 500, 1000, 5000)] == [1, 1, 1, 2, 4, 4]
+    # author a is followed by a + AUTHORS * (1 + k), k < PER_AUTHOR (infra.SEED): the last is the highest id
+    assert run_all.last_follower(1) == 1 + run_all.AUTHORS * run_all.PER_AUTHOR
