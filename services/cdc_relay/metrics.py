@@ -20,6 +20,8 @@ IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events published, not confi
 SLOT_LAG = Gauge("walfeed_relay_slot_lag_bytes", "pg_current_wal_lsn() - confirmed_flush_lsn of the slot")
 CONFIRMED_LSN = Gauge("walfeed_relay_confirmed_lsn", "Last WAL position confirmed to Postgres")
 RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lost connection", ["target"])
+for _target in ("postgres", "rabbitmq"):
+    RECONNECTS.labels(_target)  # exported as 0 from the start, so that rate() and alerts see the series
 
 _LAG = """
 SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
