@@ -1,0 +1,52 @@
+"""The publisher against the real broker: asynchronous confirms through pika's `_impl` channel (docs/adr/0011)
+deliver every token once, and a message nobody takes is never reported confirmed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+
+import pika
+import pytest
+
+from services.cdc_relay.publisher import Outgoing, Publisher
+from services.core.topology import Topology
+from tests.harness.infra import Infra
+from tests.harness.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(infra: Infra,
+                                                                               topology: Topology) -> None:
+    confirmed: list[Hashable] = []
+    lock = threading.Lock()
+
+    def on_confirmed(tokens: list[Hashable]) -> None:
+        with lock:
+            confirmed.extend(tokens)
+
+    publisher = Publisher(infra.amqp_url, topology, on_confirmed)
+    publisher.start()
+    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    queue = f"{topology.prefix}.test.publisher"
+    try:
+        channel = conn.channel()
+        channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
+        channel.queue_declare(queue, auto_delete=False)
+        channel.queue_bind(queue, topology.events_exchange, "routed")
+        routed = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(500)]
+        lost = [Outgoing("nobody", "nobody.listens", b"{}", "lost", "nobody.listens", 0)]
+        publisher.submit(routed[:250] + lost)
+        publisher.submit(routed[250:])
+        eventually(lambda: len(confirmed) >= 500, timeout=30, what="500 confirms")
+        eventually(lambda: channel.queue_declare(queue, passive=True).method.message_count == 500, timeout=10,
+                   what="500 messages in the queue")
+        with lock:
+            assert sorted(confirmed, key=str) == sorted(range(500), key=str)  # each once, the unroutable never
+    finally:
+        publisher.stop()
+        publisher.join(10)
+        conn.channel().queue_delete(queue)
+        conn.close()
+    assert not publisher.is_alive()
