@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api", help="serve the HTTP API")
     api.add_argument("--host", default=os.environ.get("WALFEED_API_HOST", "127.0.0.1"))
     api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
+    api.add_argument("--workers", type=int, help="server processes; overrides WALFEED_API_WORKERS")
 
     relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
@@ -80,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "api":
         from services.api import main as api_main
+
+        if args.workers is not None:
+            os.environ["WALFEED_API_WORKERS"] = str(args.workers)
 
         return api_main.run(settings, host=args.host, port=args.port)
     if args.command == "relay":
