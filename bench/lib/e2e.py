@@ -74,11 +74,13 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
 
 
 def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
-           started: float) -> None:
+           started: float, halt: threading.Event) -> None:
     """Posts index, index + writers, ... each at its due time (never early; late ones go at once)."""
     rng = random.Random(index)
     with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
         for n in range(index, total, writers):
+            if halt.is_set():
+                return
             wait = started + send_time(n, rate) - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # pacing of the load generator
@@ -158,15 +160,30 @@ class Run:
 def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
         rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005) -> Run:
     """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement."""
-    book, stop, ready = Book(), threading.Event(), threading.Event()
+    book, stop, ready, halt = Book(), threading.Event(), threading.Event(), threading.Event()
+    try:
+        return _run(url, amqp, authors, expected, probe_user, rate, seconds, drain, writers, watch_period,
+                    book, (stop, ready, halt))
+    except BaseException:  # Ctrl-C: stop the threads before the databases are dropped under them
+        halt.set()
+        stop.set()
+        time.sleep(0.3)  # the threads see the events (they sleep at most a pacing step)
+        raise
+
+
+def _run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
+         rate: float, seconds: float, drain: float, writers: int, watch_period: float, book: Book,
+         events_: tuple[threading.Event, threading.Event, threading.Event]) -> Run:
+    stop, ready, halt = events_
     listen = threading.Thread(target=listener, args=(*amqp, book, ready, stop), daemon=True)
     listen.start()
     ready.wait(10)
     total = max(1, due(seconds, rate, 10**9) - 1)
-    watch = threading.Thread(target=watcher, args=(url, book, expected, probe_user, watch_period, stop), daemon=True)
+    watch = threading.Thread(target=watcher, args=(url, book, expected, probe_user, watch_period, stop),
+                             daemon=True)
     watch.start()
     started = time.monotonic() + 0.2
-    threads = [threading.Thread(target=writer, args=(url, book, authors, rate, total, i, writers, started),
+    threads = [threading.Thread(target=writer, args=(url, book, authors, rate, total, i, writers, started, halt),
                                 daemon=True) for i in range(writers)]
     for t in threads:
         t.start()

@@ -47,7 +47,8 @@ def throughput(series: Mapping[str, Mapping[str, Any]], rate: str, path: Path) -
     fig, axes = plt.subplots(len(sources), 1, figsize=(9, 2.6 * len(sources)), squeeze=False, sharex=True)
     for ax, source in zip(axes[:, 0], sources, strict=True):
         run = series[source]
-        committed, visible = buckets(run["commit_times"], 0.0), buckets(run["visible_times"], 0.0)
+        # the last bucket is a part of a second: left out, it would look like a drop
+        committed, visible = buckets(run["commit_times"], 0.0)[:-1], buckets(run["visible_times"], 0.0)[:-1]
         ax.step(range(len(committed)), committed, where="post", label="committed/s", color="grey")
         ax.step(range(len(visible)), visible, where="post", label="visible/s", color=COLORS.get(source))
         ax.set_ylabel("posts/s")

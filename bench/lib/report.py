@@ -81,6 +81,22 @@ def ratio_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def run_notes(e2e: Mapping[str, Mapping[str, Sequence[Mapping[str, float]]]], drain: float) -> list[str]:
+    """What the reader must know about the latency runs: rates not reached, posts that never became visible."""
+    notes = []
+    for source, by_rate in e2e.items():
+        for rate, runs in by_rate.items():
+            achieved = [r.get("achieved", math.nan) for r in runs]
+            if any(a < 0.95 * float(rate) for a in achieved):
+                notes.append(f"{source} at {rate} posts/s: the writers sustained "
+                             f"{', '.join(f'{a:,.0f}' for a in achieved)} posts/s in the {len(runs)} run(s)")
+            lost = [int(r.get("unfinished", 0)) for r in runs]
+            if any(lost):
+                notes.append(f"{source} at {rate} posts/s: {', '.join(map(str, lost))} posts not in all timelines "
+                             f"{drain:.0f} s after the last commit (left out of the percentiles)")
+    return notes
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     meta = report.get("meta", {})
     out = [f"# walfeed benchmark ({meta.get('mode', '?')} mode)", "",

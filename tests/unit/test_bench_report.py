@@ -109,3 +109,12 @@ def test_load_delta_counts_new_backends_from_zero_and_groups_the_source() -> Non
     assert d["tup_returned_per_s"] == 5.0
     assert d["source_backend_cpu_s_per_s"] == 0.05
     assert abs(d["backend_cpu_s_per_s"] - 0.2) < 1e-9
+
+
+def test_run_notes_name_unreached_rates_and_invisible_posts() -> None:
+    e2e = {"cdc": {"100": [{"achieved": 100.0, "unfinished": 0.0}] * 3,
+                   "1000": [{"achieved": 918.0, "unfinished": 0.0}, {"achieved": 1000.0, "unfinished": 5.0}]}}
+    assert report.run_notes(e2e, drain=40) == [
+        "cdc at 1000 posts/s: the writers sustained 918, 1,000 posts/s in the 2 run(s)",
+        "cdc at 1000 posts/s: 0, 5 posts not in all timelines 40 s after the last commit (left out of the percentiles)",
+    ]

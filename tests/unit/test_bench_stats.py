@@ -81,12 +81,13 @@ def test_progress_lines_and_eta() -> None:
 
 def test_the_planned_phases_fit_the_time_limits() -> None:
     from bench import run_all
+    from bench.lib import infra
 
-    full = run_all.plan(run_all.FULL, run_all.infra.SOURCES, with_scripts=True)
-    quick = run_all.plan(run_all.QUICK, run_all.infra.SOURCES, with_scripts=True)
+    full = run_all.plan(run_all.FULL, infra.SOURCES, with_scripts=True)
+    quick = run_all.plan(run_all.QUICK, infra.SOURCES, with_scripts=True)
     assert sum(s for _, s in full) < 15 * 60
     assert sum(s for _, s in quick) < 4 * 60
-    assert sum(1 for name, _ in full if "idle" in name) == len(run_all.infra.SOURCES)  # once per source
+    assert sum(1 for name, _ in full if "idle" in name) == len(infra.SOURCES)  # once per source
 
 
 def test_writers_and_probe_user() -> None:
