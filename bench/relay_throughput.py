@@ -151,7 +151,8 @@ def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
     relay = start_relay(env)
     try:
         cpu_at_first: list[float] = []
-        seconds = wait_depth(queue, events, on_first=lambda: cpu_at_first.append(cpu_seconds(relay.pid)))
+        seconds = wait_depth(queue, events, timeout=max(120.0, events / 200),
+                             on_first=lambda: cpu_at_first.append(cpu_seconds(relay.pid)))
         return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events)
     finally:
         stop(relay)
