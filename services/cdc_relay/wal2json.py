@@ -143,7 +143,10 @@ def _iso_utc(date: str, clock: str, fraction: str | None) -> str:
 def _row(columns: Any) -> dict[Any, Any]:
     if not isinstance(columns, list):
         raise MessageError("insert without columns")
-    return {c.get("name"): c.get("value") for c in columns if isinstance(c, dict)}
+    try:
+        return {c["name"]: c["value"] for c in columns}  # per event: no per-column isinstance/get
+    except (TypeError, KeyError):
+        raise MessageError("insert with a column that is not a {name, value} object") from None
 
 
 def outbox_event(columns: Any) -> Event:

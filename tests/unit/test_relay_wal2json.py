@@ -119,7 +119,9 @@ def test_other_tables_and_actions_are_ignored() -> None:
 
 @pytest.mark.parametrize("bad", [b"not json", b"[1]", insert(id=None), insert(created_at="yesterday"),
                                  insert(payload="{broken"), insert(type=None), insert(id="not-a-uuid"),
-                                 insert(created_at=None)])
+                                 insert(created_at=None), b'{"action":"I","schema":"public","table":"outbox",'
+                                 b'"columns":[{"name":"id"}]}', b'{"action":"I","schema":"public",'
+                                 b'"table":"outbox","columns":["id"]}'])
 def test_what_cannot_be_understood_is_an_error(bad: bytes) -> None:
     with pytest.raises(MessageError):
         parse(bad)
