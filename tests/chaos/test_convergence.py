@@ -2,8 +2,9 @@
 restarts, blocks and cuts everything; then nothing may be lost and every timeline must equal its definition.
 
 Sizes come from the environment so CI runs a short version and an operator a long one:
-  WALFEED_CHAOS_SECONDS (default 40), WALFEED_CHAOS_FAULTS (default 6),
-  WALFEED_CHAOS_SEED (default 1; "random" draws one, printed so the run can be replayed),
+  WALFEED_CHAOS_SECONDS (default 45), WALFEED_CHAOS_FAULTS (default 8),
+  WALFEED_CHAOS_SEED (default 3: its 8 faults restart the broker and Postgres among others; "random" draws
+  one, printed so the run can be replayed),
   WALFEED_CHAOS_KINDS (comma-separated fault kinds, default all of tests/chaos/schedule.py FAULTS).
   python -m pytest tests/chaos -m chaos -s   # with WALFEED_CHAOS_SECONDS=300 WALFEED_CHAOS_FAULTS=25
 """
@@ -80,9 +81,9 @@ def test_the_system_converges_with_nothing_lost(
     infra: Infra, walfeed_env: dict[str, str], database_url: str, slot_name: str, topology: Topology,
     processes: Processes,
 ) -> None:
-    seconds = float(os.environ.get("WALFEED_CHAOS_SECONDS", "40"))
-    count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "6"))
-    seed_text = os.environ.get("WALFEED_CHAOS_SEED", "1")
+    seconds = float(os.environ.get("WALFEED_CHAOS_SECONDS", "45"))
+    count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "8"))
+    seed_text = os.environ.get("WALFEED_CHAOS_SEED", "3")
     seed = random.randrange(2**32) if seed_text == "random" else int(seed_text)
     kinds = tuple(k for k in os.environ.get("WALFEED_CHAOS_KINDS", ",".join(FAULTS)).split(",") if k)
     schedule = make_schedule(seed, seconds, count, kinds)
