@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from bench.lib import dbload, e2e, infra, plots, report, scripts, stats  # noqa: E402
+from bench.lib import dbload, e2e, infra, report, scripts, stats  # noqa: E402
 from bench.lib.progress import Progress  # noqa: E402
 
 AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 timeline rows per post (own row)
@@ -235,6 +235,8 @@ def main() -> int:
                 bench.source_rep(source, urls[source.name], prefix, slot, rep)
     ratios = {} if args.skip_scripts else run_scripts(mode is QUICK, out, progress)
     progress.start("report and plots")
+    from bench.lib import plots  # matplotlib is the bench extra: needed only here
+
     meta.update(load_after=load_avg(), duration_s=progress.elapsed())
     load = {s: {p: stats.medians(v) for p, v in by.items()} for s, by in bench.load.items()}
     result: dict[str, Any] = {

@@ -11,9 +11,9 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 stamp=.venv/.walfeed-installed
 if [[ ! -f $stamp ]] || [[ pyproject.toml -nt $stamp ]]; then
-  echo "bootstrap: installing walfeed and its test dependencies into .venv"
+  echo "bootstrap: installing walfeed with its test and benchmark dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test,bench]'
   touch "$stamp"
 fi
 echo "bootstrap: ready (.venv/bin/walfeed)"
