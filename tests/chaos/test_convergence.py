@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections import Counter
 
 import httpx
 import pika
@@ -25,7 +26,7 @@ import psycopg
 import pytest
 
 from services.core.topology import Topology
-from tests.chaos.check import classify_delivery, diff_timelines, expected_timelines
+from tests.chaos.check import TimelineDiff, classify_delivery, diff_timelines, expected_timelines
 from tests.chaos.faults import NORMAL_WATERMARK, Targets, _run
 from tests.chaos.schedule import FAULTS, make_schedule
 from tests.chaos.workload import Account, Acknowledged, client, sign_up
@@ -75,6 +76,28 @@ def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: st
         if method is None:
             return ids
         ids.append(props.message_id or body.decode(errors="replace"))
+
+
+EXPLAIN_POSTS = """
+SELECT p.id, p.author_id, p.fanned_out, p.deleted_at IS NOT NULL AS deleted,
+       EXISTS (SELECT 1 FROM timelines t WHERE t.user_id = %(user)s AND t.post_id = p.id) AS row_in_timeline,
+       EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id) AS follows
+FROM posts p WHERE p.id = ANY(%(ids)s) ORDER BY p.id
+"""
+
+
+def _explain(database_url: str, diffs: list[TimelineDiff]) -> str:
+    """What the database says about each wrong timeline entry: enough to tell a worker bug from a read bug."""
+    lines = [f"{len(diffs)} timelines differ from their definition"]
+    with psycopg.connect(database_url) as conn:
+        for d in diffs[:5]:
+            floor = conn.execute("SELECT timeline_floor FROM users WHERE id = %s", (d.user,)).fetchone()
+            lines.append(f"user {d.user} (floor {floor and floor[0]}): missing {d.missing[:10]} extra {d.extra[:10]} "
+                         f"repeated {d.repeated[:10]} out_of_order {d.out_of_order}")
+            ids = [*d.missing[:10], *d.extra[:10], *d.repeated[:10]]
+            for row in conn.execute(EXPLAIN_POSTS, {"user": d.user, "ids": ids}).fetchall():
+                lines.append(f"    post {row}")
+    return "\n".join(lines)
 
 
 def test_the_system_converges_with_nothing_lost(
@@ -177,13 +200,18 @@ def test_the_system_converges_with_nothing_lost(
     expected = expected_timelines(users, follows, live)
     by_id = {a.id: a for a in accounts}
 
+    diffs: list[TimelineDiff] = []
+
     def converged() -> bool:
         actual = {u: _timeline(base, by_id[u]) for u in expected}
-        converged.diffs = diff_timelines(expected, actual)  # type: ignore[attr-defined]
-        return not converged.diffs  # type: ignore[attr-defined]
+        diffs[:] = diff_timelines(expected, actual)
+        return not diffs
 
     try:
         eventually(converged, timeout=CONVERGE_TIMEOUT, interval=0.5, what="timelines equal their definition")
+    except AssertionError:
+        print(_explain(database_url, diffs))
+        raise
     finally:
         converge_seconds = time.monotonic() - faults_over
     admin = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
@@ -201,14 +229,12 @@ def test_the_system_converges_with_nothing_lost(
     delivery = classify_delivery(committed, seen, injected=poison_ids)
     relay_faults = sum(f.kind in {"kill_relay", "restart_broker", "restart_postgres", "kill_walsender",
                                   "cut_relay_db", "stall_relay_amqp"} for f in targets.done)
-    kinds: dict[str, int] = {}
-    for f in targets.done:
-        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    injected = Counter(f.kind for f in targets.done)
     print(
         "\n".join([
             "chaos summary",
             f"  seed {seed}, {seconds:.0f}s, faults injected {len(targets.done)}: "
-            + ", ".join(f"{k}={n}" for k, n in sorted(kinds.items())),
+            + ", ".join(f"{k}={n}" for k, n in sorted(injected.items())),
             f"  acknowledged: {len(acked.posts)} posts, {len(acked.deleted)} deletes, {acked.follows} follows, "
             f"{acked.unfollows} unfollows, {acked.reads} reads; gave up {acked.gave_up}",
             f"  events committed {len(committed)}, published {delivery.published}, lost {len(delivery.lost)}, "
