@@ -32,6 +32,10 @@ class PostMissing(Exception):
     """post.created names a post that does not exist: the data is inconsistent; retried, then dead-lettered."""
 
 
+class NotVisibleYet(Exception):
+    """The event's transaction is not visible to this worker yet (see sql.EVENT_VISIBLE): retried shortly."""
+
+
 class Effects:
     def __init__(self, pool: ConnectionPool, celebrity_threshold: int, *,
                  chunk_size: int = FANOUT_CHUNK_SIZE, cap: int = TIMELINE_CAP,
@@ -61,6 +65,7 @@ class Effects:
             conn.execute(q.LOCK_AUTHOR_SHARED, {"author_id": author_id})
             row = conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone()
             if row is None:
+                _require_visible(conn, event)
                 raise PostMissing(f"post {post_id} does not exist")
             if row["author_id"] != author_id:
                 raise PostMissing(f"post {post_id} has author {row['author_id']}, the event says {author_id}")
@@ -112,9 +117,11 @@ class Effects:
             conn.execute(q.LOCK_AUTHOR, {"author_id": args["followee_id"]})
             if _processed(conn, event.id):
                 return "duplicate"
-            _mark(conn, event.id)
             if conn.execute(q.FOLLOW_EXISTS, args).fetchone() is None:
+                _require_visible(conn, event)  # else the follow may simply not be visible yet
+                _mark(conn, event.id)
                 return "gone"
+            _mark(conn, event.id)
             found = conn.execute(q.BACKFILL, {**args, "limit": BACKFILL_LIMIT}).fetchone()
             assert found is not None
             floor = policy.backfill_floor(found["found"], found["smallest"], BACKFILL_LIMIT)
@@ -127,6 +134,8 @@ class Effects:
         with conn.transaction():
             conn.execute(q.LOCK_AUTHOR, {"author_id": event.payload["followee_id"]})
             removed = conn.execute(q.UNFOLLOW, event.payload).rowcount
+            if not removed:
+                _require_visible(conn, event)  # else the unfollow may simply not be visible yet
         return "removed" if removed else "kept"
 
     def _trim_chunk(self, conn: Conn, author_id: int, after: int, last: int) -> None:
@@ -145,6 +154,11 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
     if not user_ids:
         return 0
     return len(conn.execute(q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}).fetchall())
+
+
+def _require_visible(conn: Conn, event: ev.Event) -> None:
+    if conn.execute(q.EVENT_VISIBLE, {"event_id": event.id}).fetchone() is None:
+        raise NotVisibleYet(f"{event.type} {event.id}: its transaction is not visible yet")
 
 
 def _processed(conn: Conn, event_id: uuid.UUID) -> bool:

@@ -53,6 +53,12 @@ SELECT (SELECT max(follower_id) FROM chunk) AS last,
 
 DELETE_POST: Final = sql.SQL("DELETE FROM timelines WHERE post_id = %(post_id)s")
 
+# The outbox row of an event is written in the same transaction as its change: while it is not visible, neither
+# is the change. Logical decoding can hand an event to the broker a moment before its transaction becomes visible
+# to other sessions (the WAL is flushed before the commit is published in the proc array), so a handler that
+# concludes from the ABSENCE of state must first see the event's own row.
+EVENT_VISIBLE: Final = sql.SQL("SELECT 1 FROM outbox WHERE id = %(event_id)s")
+
 FOLLOW_EXISTS: Final = sql.SQL(
     "SELECT 1 FROM follows WHERE follower_id = %(follower_id)s AND followee_id = %(followee_id)s")
 

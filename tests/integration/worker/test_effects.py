@@ -141,3 +141,31 @@ def test_push_or_pull_is_decided_once_per_post(db: Conn, pool: ConnectionPool) -
     assert effects(pool, threshold=2).handle(again) == "pushed"
     assert effects(pool, threshold=2).handle(world.post(db, author)) == "pulled"
     assert world.problems(db) == []
+
+
+def test_a_follow_event_ahead_of_its_transaction_is_retried_not_dropped(
+        db: Conn, pool: ConnectionPool, database_url: str) -> None:
+    """Logical decoding may deliver an event a moment before its transaction is visible to other sessions. A
+    follow.created handled in that moment must not conclude "already unfollowed" and skip the backfill for good:
+    found by the chaos suite (seed 202), where such follows left posts missing from timelines."""
+    author, fan = world.add_users(db, 2)
+    posted = world.post(db, author)
+    assert effects(pool).handle(posted) == "pushed"
+    event = ev.Event.new(ev.FOLLOW_CREATED, f"{fan}:{author}", {"follower_id": fan, "followee_id": author})
+    with psycopg.connect(database_url) as writer:  # the api's transaction, written but not yet visible
+        writer.execute("INSERT INTO follows (follower_id, followee_id) VALUES (%s, %s)", (fan, author))
+        writer.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                       "VALUES (%s, 'follow', %s, %s, '{}')", (event.id, event.aggregate_id, event.type))
+        with pytest.raises(fanout.NotVisibleYet):
+            effects(pool).handle(event)
+        writer.commit()
+    assert effects(pool).handle(event) == "backfilled"  # the retry, once visible
+    assert world.merged(db, fan) == [posted.payload["post_id"]]
+
+
+def test_a_follow_event_after_a_real_unfollow_is_done_at_once(db: Conn, pool: ConnectionPool) -> None:
+    author, fan = world.add_users(db, 2)
+    followed = world.follow(db, fan, author)
+    world.unfollow(db, fan, author)
+    assert effects(pool).handle(followed) == "gone"
+    assert effects(pool).handle(followed) == "duplicate"

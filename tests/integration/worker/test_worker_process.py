@@ -107,7 +107,9 @@ def test_poison_messages_reach_the_dead_queue_with_reasons_and_do_not_block_othe
                              "payload": {}})
     for key, body in (("post.created", b"{not json"), ("post.exploded", bad_type)):
         channel.basic_publish(topology.events_exchange, key, body, pika.BasicProperties(delivery_mode=2))
-    missing = ev.Event.new(ev.POST_CREATED, 999_999, {"post_id": 999_999, "author_id": author})
+    # A committed event whose post does not exist: inconsistent data, retried and then dead-lettered.
+    missing = world.commit_with_outbox(db, ev.Event.new(ev.POST_CREATED, 999_999,
+                                                        {"post_id": 999_999, "author_id": author}))
     behind = [world.follow(db, fan, author), world.post(db, author)]
     world.publish(channel, topology, [missing, *behind])
     processes.start("worker", "worker", env=WORKER_ENV)

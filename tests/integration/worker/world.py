@@ -9,6 +9,7 @@ from typing import Any
 
 import pika
 import psycopg
+from psycopg.types.json import Jsonb
 
 from services.core import events as ev
 from services.core.topology import Topology
@@ -26,20 +27,26 @@ def add_users(conn: Conn, n: int) -> list[int]:
     return [r[0] for r in rows]
 
 
+def commit_with_outbox(conn: Conn, event: ev.Event) -> ev.Event:
+    """The event's outbox row, in the same transaction as the change (as the API writes it), then commit."""
+    conn.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s, %s)",
+                 (event.id, event.aggregate_type, event.aggregate_id, event.type, Jsonb(event.payload)))
+    conn.commit()
+    return event
+
+
 def follow(conn: Conn, follower: int, followee: int) -> ev.Event:
     conn.execute("INSERT INTO follows (follower_id, followee_id) VALUES (%s, %s)", (follower, followee))
     _count(conn, follower, followee, +1)
-    conn.commit()
-    return ev.Event.new(ev.FOLLOW_CREATED, f"{follower}:{followee}",
-                        {"follower_id": follower, "followee_id": followee})
+    return commit_with_outbox(conn, ev.Event.new(ev.FOLLOW_CREATED, f"{follower}:{followee}",
+                                                  {"follower_id": follower, "followee_id": followee}))
 
 
 def unfollow(conn: Conn, follower: int, followee: int) -> ev.Event:
     conn.execute("DELETE FROM follows WHERE follower_id = %s AND followee_id = %s", (follower, followee))
     _count(conn, follower, followee, -1)
-    conn.commit()
-    return ev.Event.new(ev.FOLLOW_DELETED, f"{follower}:{followee}",
-                        {"follower_id": follower, "followee_id": followee})
+    return commit_with_outbox(conn, ev.Event.new(ev.FOLLOW_DELETED, f"{follower}:{followee}",
+                                                  {"follower_id": follower, "followee_id": followee}))
 
 
 def _count(conn: Conn, follower: int, followee: int, delta: int) -> None:
@@ -58,14 +65,12 @@ def followers_in_bulk(conn: Conn, followee: int, followers: list[int]) -> None:
 def post(conn: Conn, author: int) -> ev.Event:
     post_id = conn.execute("INSERT INTO posts (author_id, body) VALUES (%s, 'hello') RETURNING id",
                            (author,)).fetchone()[0]  # type: ignore[index]
-    conn.commit()
-    return ev.Event.new(ev.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
+    return commit_with_outbox(conn, ev.Event.new(ev.POST_CREATED, post_id, {"post_id": post_id, "author_id": author}))
 
 
 def delete_post(conn: Conn, post_id: int, author: int) -> ev.Event:
     conn.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (post_id,))
-    conn.commit()
-    return ev.Event.new(ev.POST_DELETED, post_id, {"post_id": post_id, "author_id": author})
+    return commit_with_outbox(conn, ev.Event.new(ev.POST_DELETED, post_id, {"post_id": post_id, "author_id": author}))
 
 
 def publish(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology,
