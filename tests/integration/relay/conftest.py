@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import orjson
 import pika
 import psycopg
 import pytest
@@ -115,3 +116,17 @@ def start_relay(processes: Processes):  # type: ignore[no-untyped-def]
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def assert_published_as_spec(watcher: Watcher, event_id: str) -> None:
+    """The message of an event written by write_events, as SPEC.md section 5 says, whichever source sent it."""
+    message = next(m for m in watcher.messages if m.properties.message_id == event_id)
+    body = orjson.loads(message.body)
+    assert body["id"] == event_id
+    assert body["type"] == "post.created" and message.routing_key == "post.created"
+    assert body["aggregate_type"] == "post" and body["aggregate_id"] == "1"
+    assert body["payload"] == {"post_id": 1, "author_id": 1}
+    assert body["occurred_at"].endswith("Z")
+    props = message.properties
+    assert props.type == "post.created" and props.content_type == "application/json"
+    assert props.delivery_mode == 2 and isinstance(props.timestamp, int)

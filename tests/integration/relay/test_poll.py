@@ -8,13 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
-import orjson
 import psycopg
 import pytest
 
 from tests.harness.processes import Process, Processes
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import RELAY_ENV, Watcher, write_events
+from tests.integration.relay.conftest import RELAY_ENV, Watcher, assert_published_as_spec, write_events
 
 pytestmark = pytest.mark.integration
 
@@ -56,16 +55,7 @@ def test_rows_are_published_once_with_body_and_properties_then_marked(
     eventually(lambda: watcher.has_all(set(ids)), timeout=30, what="all events on the exchange")
     eventually(lambda: all_marked(database_url), timeout=30, what="published_at set on every row")
 
-    message = next(m for m in watcher.messages if m.properties.message_id == ids[0])
-    body = orjson.loads(message.body)
-    assert body["id"] == ids[0]
-    assert body["type"] == "post.created" and message.routing_key == "post.created"
-    assert body["aggregate_type"] == "post" and body["aggregate_id"] == "1"
-    assert body["payload"] == {"post_id": 1, "author_id": 1}
-    assert body["occurred_at"].endswith("Z")
-    props = message.properties
-    assert props.type == "post.created" and props.content_type == "application/json"
-    assert props.delivery_mode == 2 and isinstance(props.timestamp, int)
+    assert_published_as_spec(watcher, ids[0])
     assert sorted(watcher.ids()) == sorted(ids)  # no crash, no duplicate
     holders = {holder for holder, _ in outbox_state(database_url).values()}
     assert len(holders) == 1 and str(poller.pid) in str(holders.pop())
