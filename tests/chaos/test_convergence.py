@@ -33,6 +33,7 @@ from tests.chaos.workload import Account, Acknowledged, client, sign_up
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
 from tests.harness.proxy import TcpProxy
+from tests.harness.resources import delete_amqp_names
 from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
@@ -102,7 +103,7 @@ def _explain(database_url: str, diffs: list[TimelineDiff]) -> str:
 
 def test_the_system_converges_with_nothing_lost(
     infra: Infra, walfeed_env: dict[str, str], database_url: str, slot_name: str, topology: Topology,
-    processes: Processes,
+    processes: Processes, request: pytest.FixtureRequest,
 ) -> None:
     seconds = float(os.environ.get("WALFEED_CHAOS_SECONDS", "45"))
     count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "8"))
@@ -122,6 +123,7 @@ def test_the_system_converges_with_nothing_lost(
     channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
     channel.queue_declare(observe, durable=True)
     channel.queue_bind(observe, topology.events_exchange, "#")
+    request.addfinalizer(lambda: delete_amqp_names(infra.amqp_url, topology, [observe]))  # also when it fails
 
     common = {"WALFEED_CELEBRITY_THRESHOLD": str(CELEBRITY_THRESHOLD), "WALFEED_RELAY_METRICS_PORT": "0",
               "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_RELAY_WINDOW": str(RELAY_WINDOW)}
