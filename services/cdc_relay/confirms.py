@@ -42,7 +42,11 @@ class ConfirmBook(Generic[T]):
 
     def acked(self, tag: int, multiple: bool) -> Outcome[T]:
         outcome: Outcome[T] = Outcome()
-        for message_id, item in self._settle(tag, multiple):
+        settled = self._settle(tag, multiple)
+        if not self._returned:  # the usual case: nothing came back, every settled item is confirmed
+            outcome.confirmed = [item for _, item in settled]
+            return outcome
+        for message_id, item in settled:
             if self._returned[message_id] > 0:
                 self._returned[message_id] -= 1
                 if not self._returned[message_id]:

@@ -2,17 +2,60 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator
 
 import psycopg
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
 PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker")
 UNROUTABLE = Counter("walfeed_relay_events_unroutable_total", "Publishes returned unroutable or nacked (retried)")
-CONFIRM_LATENCY = Histogram(
+
+
+class BatchHistogram(Collector):
+    """A Prometheus histogram observed a batch at a time: one lock per batch of confirmations instead of two
+    lock round trips and a bucket scan per event (prometheus_client's Histogram.observe), which was a visible
+    part of the publisher thread's CPU. Exposes the same _bucket, _count and _sum series."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float]) -> None:
+        self._name, self._doc = name, documentation
+        self._bounds = [float(b) for b in buckets] + [float("inf")]
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        REGISTRY.register(self)
+
+    def observe_since(self, now: float, starts: Iterable[float]) -> None:
+        """Observe `now - start` for each of `starts` (events of one batch share a few start times)."""
+        starts = list(starts)
+        if not starts:
+            return
+        # Usually every event of an ack frame was first sent in the same publish pass: no tally to build.
+        tally = {starts[0]: len(starts)} if starts.count(starts[0]) == len(starts) else Tally(starts)
+        with self._lock:
+            for start, count in tally.items():
+                amount = now - start
+                self._counts[bisect.bisect_left(self._bounds, amount)] += count
+                self._sum += amount * count
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip(self._bounds, counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=total)
+
+
+CONFIRM_LATENCY = BatchHistogram(
     "walfeed_relay_confirm_latency_seconds", "First publish to broker confirm",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )

@@ -26,14 +26,14 @@ class _Txn:
 
 
 class PositionTracker:
-    def __init__(self, start_lsn: int = 0) -> None:
+    def __init__(self, start_lsn: int = 0, first_seq: int = 1) -> None:
         self._confirmable = start_lsn
         self._open: _Txn | None = None
         # Transactions not yet confirmable, oldest first. Empty committed transactions are merged into the one
         # before them, so the length is bounded by the number of transactions with events in flight.
         self._waiting: deque[_Txn] = deque()
         self._by_seq: dict[int, _Txn] = {}
-        self._next_seq = 1
+        self._next_seq = first_seq
 
     @property
     def confirmable(self) -> int:
@@ -66,6 +66,32 @@ class PositionTracker:
         self._open.outstanding += 1
         self._by_seq[seq] = self._open
         return seq
+
+    def published_many(self, count: int) -> int:
+        """`count` events of the open transaction were handed to the publisher, in order (one call per batch
+        rather than `published` per event). Returns the first sequence number; the others follow it."""
+        if self._open is None:
+            raise PositionError("event outside a transaction")
+        first = self._next_seq
+        self._next_seq += count
+        self._open.outstanding += count
+        self._by_seq.update(dict.fromkeys(range(first, first + count), self._open))
+        return first
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next published event will get."""
+        return self._next_seq
+
+    def confirmed_many(self, seqs: list[int]) -> None:
+        """`confirmed` for each of `seqs`, with one look for confirmable transactions at the end."""
+        pop = self._by_seq.pop
+        for seq in seqs:
+            txn = pop(seq, None)
+            if txn is None:
+                raise PositionError(f"confirmation of unknown sequence number {seq}")
+            txn.outstanding -= 1
+        self._advance()
 
     def confirmed(self, seq: int) -> None:
         """The broker confirmed event `seq`. Unknown or repeated numbers are a bug in the caller."""

@@ -205,12 +205,11 @@ class Publisher(threading.Thread):
             outcome = self._book.nacked(method.delivery_tag, method.multiple)
             self._loud("broker nacked events; retrying", {"count": len(outcome.failed)})
         now = time.monotonic()
-        if outcome.confirmed:
-            observe = metrics.CONFIRM_LATENCY.observe
-            for attempt in outcome.confirmed:
-                observe(now - (attempt.first_sent or now))
-            metrics.PUBLISHED.inc(len(outcome.confirmed))
-            self._on_confirmed([a.message.token for a in outcome.confirmed])
+        confirmed = outcome.confirmed
+        if confirmed:  # metrics per ack frame, not per event
+            metrics.CONFIRM_LATENCY.observe_since(now, [a.first_sent or now for a in confirmed])
+            metrics.PUBLISHED.inc(len(confirmed))
+            self._on_confirmed([a.message.token for a in confirmed])
         for attempt in outcome.failed:
             attempt.tries += 1
             metrics.UNROUTABLE.inc()

@@ -32,6 +32,7 @@ from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
+SESSION_SEQ_BITS = 40  # sequence numbers of session n are n << 40, n << 40 + 1...
 READ_BATCH = 500  # messages read before looking at confirmations again
 FEEDBACK_MIN_GAP = 0.1  # seconds between two position updates while busy
 
@@ -41,13 +42,16 @@ class Relay:
         self._settings, self._cfg = settings, relay
         self._stopping = False
         self._asleep = False  # the loop waits in select(): confirmations must poke the pipe to wake it
+        self._wake_after = 1  # confirmations the sleeping loop waits for (set by the loop before it sleeps)
+        self._unpoked = 0  # confirmations queued since the last poke (publisher thread only)
         self._epoch = 0  # one per replication session; confirmations of older sessions are ignored
+        self._first_seq = 0  # the session's sequence numbers (the tokens) start here: older ones are of old sessions
         self._confirmed: queue.SimpleQueue[list[Hashable]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._publisher = Publisher(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
-                                    is_current=lambda token: token[0] == self._epoch,  # type: ignore[index]
+                                    is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
                                     blocked_timeout=relay.blocked_timeout)
 
     def run(self) -> int:
@@ -93,21 +97,29 @@ class Relay:
 
     def _session(self, stream: ReplicationStream) -> None:
         self._epoch += 1
-        epoch = self._epoch
-        tracker = PositionTracker(stream.start_lsn)
+        # Tokens are the tracker's sequence numbers, made unique across sessions: those below the current
+        # session's first one belong to a session that ended (its events are sent again by Postgres).
+        self._first_seq = first_seq = self._epoch << SESSION_SEQ_BITS
+        tracker = PositionTracker(stream.start_lsn, first_seq)
+        window = self._cfg.window
+        resume_at = window - window // 4  # a full window is read again once a quarter of it is confirmed
+        throttled = False
         if not self._publisher.is_alive():
             self._publisher.start()
         log.info("streaming", extra={"slot": self._settings.slot, "lsn": format_lsn(stream.start_lsn)})
         sent = stream.start_lsn
         last_feedback = time.monotonic()
         while not self._stopping:
-            self._drain(tracker, epoch)
+            self._drain(tracker, first_seq)
             batch: list[Outgoing] = []
             more = False
-            if tracker.in_flight < self._cfg.window:
-                more = self._read(stream, tracker, batch, epoch)
+            if throttled and tracker.in_flight <= resume_at:
+                throttled = False
+            if not throttled and tracker.in_flight < window:
+                more = self._read(stream, tracker, batch, window - tracker.in_flight)
                 if batch:
                     self._publisher.submit(batch)
+                throttled = tracker.in_flight >= window
             if tracker.idle:
                 tracker.server_idle_at(stream.wal_end)
             metrics.IN_FLIGHT.set(tracker.in_flight)
@@ -120,57 +132,85 @@ class Relay:
             if more:
                 continue
             watch: list[int] = [self._wake_r]
-            if tracker.in_flight < self._cfg.window:
+            if not throttled and tracker.in_flight < window:
                 watch.append(stream.fileno())
-            self._wait(watch, FEEDBACK_MIN_GAP if tracker.confirmable > sent else min(1.0, self._cfg.status_interval))
-        self._shutdown(stream, tracker, epoch)
+            # With most of the window in flight, the loop has little to do before enough confirmations arrive to
+            # read a quarter window again: one wake-up for them, not one per ack frame (the stream's socket and the
+            # timeout still wake it; a lost or failed confirmation too).
+            wake_after = tracker.in_flight - resume_at if tracker.in_flight > resume_at else 1
+            self._wait(watch, FEEDBACK_MIN_GAP if tracker.confirmable > sent else min(1.0, self._cfg.status_interval),
+                       wake_after)
+        self._shutdown(stream, tracker, first_seq)
 
-    def _read(self, stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing],
-              epoch: int) -> bool:
-        """Read up to READ_BATCH messages; True when more may be waiting."""
+    @staticmethod
+    def _read(stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing], room: int) -> bool:
+        """Read up to READ_BATCH messages and at most `room` events; True when more may be waiting.
+
+        The hot loop of the stream thread: the tracker hears of the events once per transaction part (at the
+        commit, or at the end of the batch), not per event; their sequence numbers are the ones it will give.
+        """
+        read_message, append = stream.read_message, batch.append
+        seq = tracker.next_seq  # of the next event
+        pending = 0  # events of the open transaction not told to the tracker yet
+        more = True
         for _ in range(READ_BATCH):
-            payload = stream.read()
-            if payload is None:
-                return False
-            message = parse(payload)
+            raw = read_message()
+            if raw is None:
+                more = False
+                break
+            message = parse(raw.payload)
             if isinstance(message, Insert):
-                token = (epoch, tracker.published())
-                batch.append(Outgoing(token, message.type, message.body, message.event_id, message.type,
-                                      message.timestamp))
-                if tracker.in_flight >= self._cfg.window:
-                    return False
+                append(Outgoing(seq, message.type, message.body, message.event_id, message.type, message.timestamp))
+                seq += 1
+                pending += 1
+                room -= 1
+                if not room:
+                    more = False
+                    break
             elif isinstance(message, Begin):
                 tracker.begin()
             elif isinstance(message, Commit):
+                if pending:
+                    tracker.published_many(pending)
+                    pending = 0
                 tracker.commit(message.next_lsn)
-        return True
+        if pending:
+            tracker.published_many(pending)
+        return more
 
-    def _shutdown(self, stream: ReplicationStream, tracker: PositionTracker, epoch: int) -> None:
+    def _shutdown(self, stream: ReplicationStream, tracker: PositionTracker, first_seq: int) -> None:
         deadline = time.monotonic() + self._cfg.shutdown_timeout
         log.info("stopping: waiting for outstanding confirms", extra={"in_flight": tracker.in_flight})
         while tracker.in_flight and time.monotonic() < deadline:
             self._wait([self._wake_r], 0.1)
-            self._drain(tracker, epoch)
+            self._drain(tracker, first_seq)
         stream.feedback(tracker.confirmable)
         log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
 
-    def _drain(self, tracker: PositionTracker, epoch: int) -> None:
+    def _drain(self, tracker: PositionTracker, first_seq: int) -> None:
         while True:
             try:
-                tokens = self._confirmed.get_nowait()
+                seqs = cast(list[int], self._confirmed.get_nowait())
             except queue.Empty:
                 return
-            for token_epoch, seq in cast(list[tuple[int, int]], tokens):
-                if token_epoch == epoch:
-                    tracker.confirmed(seq)
+            if seqs and min(seqs) < first_seq:  # confirmations of a session that ended: not ours to count
+                seqs = [seq for seq in seqs if seq >= first_seq]
+            tracker.confirmed_many(seqs)
 
     def _on_confirmed(self, tokens: list[Hashable]) -> None:  # publisher thread
         self._confirmed.put(tokens)
-        if self._asleep:  # a busy loop drains the queue anyway: no pipe write (and GIL hand-off) per ack frame
+        self._unpoked += len(tokens)
+        # A busy loop drains the queue anyway: no pipe write (and GIL hand-off) per ack frame. A sleeping one is
+        # poked once `_wake_after` confirmations were queued since the last poke; counting from the last poke
+        # rather than from when it fell asleep can only poke earlier, never later.
+        if self._asleep and self._unpoked >= self._wake_after:
+            self._unpoked = 0
             self._poke()
 
-    def _wait(self, fds: list[int], timeout: float) -> None:
-        """select() on `fds` and the wake-up pipe, unless confirmations are already waiting."""
+    def _wait(self, fds: list[int], timeout: float, wake_after: int = 1) -> None:
+        """select() on `fds` and the wake-up pipe, unless confirmations are already waiting. The publisher thread
+        pokes the pipe once `wake_after` confirmations are queued."""
+        self._wake_after = max(1, wake_after)
         self._asleep = True  # set before looking at the queue: a confirmation put after the look pokes the pipe
         try:
             if self._confirmed.empty() and not self._stopping:

@@ -36,6 +36,9 @@ class ReplicationStream:
         self._conn = conn
         self._cur = conn.cursor()
         self.start_lsn = start_lsn
+        # The next message (its `payload` is bytes: decode=False), or None when nothing is buffered (wait on
+        # fileno). Non-blocking. The cursor's own method: the relay's read loop calls it once per message.
+        self.read_message = self._cur.read_message
 
     @classmethod
     def open(cls, database_url: str, slot: str, status_interval: float) -> ReplicationStream:

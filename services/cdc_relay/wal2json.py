@@ -92,11 +92,12 @@ def parse(payload: bytes | str) -> Message:
         return Begin()
     if action == "C":
         return Commit(parse_lsn(data.get("lsn", "")), parse_lsn(data.get("nextlsn", "")))
-    if action == "I" and f"{data.get('schema')}.{data.get('table')}" == OUTBOX_TABLE:
+    if action == "I" and data.get("table") == _TABLE and data.get("schema") == _SCHEMA:
         return outbox_insert(data.get("columns"))
     return Ignored(str(action))
 
 
+_SCHEMA, _TABLE = OUTBOX_TABLE.split(".")
 # Postgres' canonical output of a uuid, and of a timestamptz with DateStyle ISO and TimeZone UTC.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _UTC = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
@@ -106,8 +107,8 @@ def outbox_insert(columns: Any) -> Insert:
     """The AMQP message of an outbox row, built from the column texts (the fast path of `outbox_event` + encode)."""
     row = _row(columns)
     event_id, created = row.get("id"), row.get("created_at")
-    when = _UTC.fullmatch(created) if isinstance(created, str) else None
-    if when is None or not isinstance(event_id, str) or _UUID.fullmatch(event_id) is None:
+    occurred = _occurred(created) if isinstance(created, str) else None
+    if occurred is None or not isinstance(event_id, str) or _UUID.fullmatch(event_id) is None:
         event = outbox_event(columns)
         return Insert(str(event.id), event.type, encode(event), int(event.occurred_at.timestamp()))
     try:
@@ -117,20 +118,28 @@ def outbox_insert(columns: Any) -> Insert:
             "type": type,
             "aggregate_type": str(row["aggregatetype"]),
             "aggregate_id": str(row["aggregateid"]),
-            "occurred_at": _iso_utc(*when.groups()),
+            "occurred_at": occurred[0],
             "payload": orjson.loads(raw) if isinstance(raw, str) else raw,
         })
-        timestamp = _epoch_second(when.group(1), when.group(2))
     except KeyError as exc:
         raise MessageError(f"outbox insert without column {exc.args[0]!r}") from None
     except (ValueError, orjson.JSONDecodeError) as exc:
         raise MessageError(f"outbox insert with an invalid value: {exc}") from None
-    return Insert(event_id, type, body, timestamp)
+    return Insert(event_id, type, body, occurred[1])
 
 
-@functools.lru_cache(maxsize=64)  # a backlog has many events per second
-def _epoch_second(date: str, clock: str) -> int:
-    return int(datetime.fromisoformat(f"{date}T{clock}+00:00").timestamp())
+@functools.lru_cache(maxsize=256)  # created_at is now(), the transaction's start: shared by all its events
+def _occurred(created: str) -> tuple[str, int] | None:
+    """A canonical created_at text as (occurred_at of the body, whole seconds since the epoch); None when it is
+    not canonical (or not a valid time): the reference path takes it."""
+    when = _UTC.fullmatch(created)
+    if when is None:
+        return None
+    date, clock, fraction = when.groups()
+    try:
+        return _iso_utc(date, clock, fraction), int(datetime.fromisoformat(f"{date}T{clock}+00:00").timestamp())
+    except ValueError:
+        return None
 
 
 def _iso_utc(date: str, clock: str, fraction: str | None) -> str:

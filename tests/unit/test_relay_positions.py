@@ -135,3 +135,22 @@ def test_confirmable_is_always_a_fully_confirmed_commit(sizes: list[int], rnd: r
         assert t.confirmable >= previous
         previous = t.confirmable
     assert t.confirmable == commits[-1]
+
+
+def test_batched_bookkeeping_matches_per_event_bookkeeping() -> None:
+    t = PositionTracker(0, first_seq=1 << 40)
+    t.begin()
+    first = t.published_many(3)
+    assert first == 1 << 40 and t.next_seq == first + 3 and t.in_flight == 3
+    t.commit(100)
+    t.begin()
+    second = t.published_many(2)
+    t.commit(200)
+    t.confirmed_many([second, second + 1])
+    assert t.confirmable == 0  # the first transaction is still unconfirmed: never ahead of it
+    t.confirmed_many([first + 2, first])
+    assert t.confirmable == 0
+    t.confirmed_many([first + 1])
+    assert t.confirmable == 200 and t.in_flight == 0
+    with pytest.raises(PositionError):
+        t.confirmed_many([first])
