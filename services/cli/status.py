@@ -82,11 +82,14 @@ def queue_status(settings: Settings) -> list[QueueStatus]:
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
+    if abs(n) < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("kB", "MB", "GB"):
+        value /= 1024
+        if abs(value) < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:

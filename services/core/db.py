@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 log = logging.getLogger(__name__)
-
-
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[dict[str, object]]:
-    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row)
 
 
 def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "walfeed") -> ConnectionPool:

@@ -33,7 +33,7 @@ from tests.chaos.workload import Account, Acknowledged, client, sign_up
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
 from tests.harness.proxy import TcpProxy
-from tests.harness.resources import delete_amqp_names
+from tests.harness.resources import declare_observer, delete_amqp_names
 from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
@@ -117,13 +117,10 @@ def test_the_system_converges_with_nothing_lost(
     relay_db = TcpProxy((str(pg.get("host", "127.0.0.1")), int(pg.get("port", 5432))))
     relay_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     worker_amqp = TcpProxy(_amqp_target(infra.amqp_url))
-    observe = f"{topology.prefix}.test.observe"
+    observe = declare_observer(infra.amqp_url, topology)
+    request.addfinalizer(lambda: delete_amqp_names(infra.amqp_url, topology, [observe]))  # also when it fails
     admin = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     channel = admin.channel()
-    channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
-    channel.queue_declare(observe, durable=True)
-    channel.queue_bind(observe, topology.events_exchange, "#")
-    request.addfinalizer(lambda: delete_amqp_names(infra.amqp_url, topology, [observe]))  # also when it fails
 
     common = {"WALFEED_CELEBRITY_THRESHOLD": str(CELEBRITY_THRESHOLD), "WALFEED_RELAY_METRICS_PORT": "0",
               "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_RELAY_WINDOW": str(RELAY_WINDOW)}

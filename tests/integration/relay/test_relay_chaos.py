@@ -13,6 +13,7 @@ import pytest
 
 from services.core.topology import Topology
 from tests.harness.infra import Infra
+from tests.harness.resources import declare_observer
 from tests.harness.waiting import eventually
 from tests.integration.relay.conftest import Watcher, write_events
 
@@ -37,13 +38,7 @@ def _report(name: str, expected: set[str], watcher: Watcher) -> None:
 def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_url: str,
                                    start_relay) -> None:  # type: ignore[no-untyped-def]
     # a durable queue: the watcher's transient queue would not survive the restart
-    queue = f"{topology.prefix}.test.durable"
-    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
-    ch = conn.channel()
-    ch.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
-    ch.queue_declare(queue, durable=True)
-    ch.queue_bind(queue, topology.events_exchange, "#")
-    conn.close()
+    queue = declare_observer(infra.amqp_url, topology, "durable")
     start_relay()
     written: list[str] = []
     writer = threading.Thread(target=_retrying_writer, args=(database_url, 2000, written))
@@ -69,7 +64,7 @@ def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_ur
         eventually(all_arrived, timeout=120, interval=1.0, what="every event after the broker restart")
         print(f"\nbroker restart: {len(expected)} events, {sum(got.values())} deliveries, "
               f"{sum(1 for n in got.values() if n > 1)} ids duplicated")
-    finally:
+    finally:  # only the queue: the relay still publishes to the exchange until teardown stops it
         c = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
         c.channel().queue_delete(queue)
         c.close()

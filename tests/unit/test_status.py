@@ -1,0 +1,26 @@
+"""`walfeed status` rendering: what an operator reads at a glance."""
+
+from services.cli.status import QueueStatus, SlotStatus, _size, render
+
+
+def test_sizes_read_like_a_person_writes_them() -> None:
+    assert [_size(x) for x in (None, 56, 1700, 3 * 1024**2, 15 * 1024**3)] == ["-", "56 B", "1.7 kB", "3.0 MB",
+                                                                              "15.0 GB"]
+
+
+def test_an_inactive_slot_and_dead_letters_stand_out() -> None:
+    text = render(
+        SlotStatus("walfeed", exists=True, active=False, confirmed_flush_lsn="0/1", lag_bytes=2048,
+                   retained_bytes=4096, wal_status="reserved"),
+        [QueueStatus("walfeed.fanout", 0, 2), QueueStatus("walfeed.fanout.dead", 3, 0),
+         QueueStatus("walfeed.fanout.retry", None, None, error="not declared yet (start a worker)")],
+    )
+    assert "INACTIVE: no relay is streaming" in text
+    assert "lag 2.0 kB, WAL retained 4.0 kB" in text
+    assert "<- dead letters: inspect them" in text.splitlines()[-2]
+    assert "not declared yet" in text.splitlines()[-1]
+
+
+def test_a_missing_slot_says_what_to_run() -> None:
+    assert "run `walfeed migrate`" in render(SlotStatus("walfeed", exists=False,
+                                                        error="slot missing: run `walfeed migrate`"), [])
