@@ -164,32 +164,38 @@ def sample_message() -> Outgoing:
 
 
 def ceiling_run(queue: Queue, events: int, window: int) -> Run:
-    """A bare pika publisher: persistent, mandatory, async confirms with a window, one thread, nothing else."""
+    """A bare pika publisher: persistent, mandatory, async confirms with a window that each ack frame refills at
+    once (as the relay's publisher does), one thread, nothing else."""
     queue.purge()
     message = sample_message()
     conn = pika.BlockingConnection(pika.URLParameters(AMQP))
     channel = conn.channel()._impl
     book: ConfirmBook[int] = ConfirmBook()
-    done = [0]
+    props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
+                                 timestamp=message.timestamp, delivery_mode=2)
+    sent, done = 0, 0
+
+    def fill() -> None:
+        nonlocal sent
+        while sent < events and len(book) < window:
+            channel.basic_publish(queue.exchange, message.routing_key, message.body, props, mandatory=True)
+            book.sent(message.message_id, sent)
+            sent += 1
 
     def on_confirm(frame: pika.frame.Method) -> None:
+        nonlocal done
         outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
-        done[0] += len(outcome.confirmed)
+        done += len(outcome.confirmed)
+        fill()
 
     selected: list[bool] = []
     channel.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _f: selected.append(True))
     while not selected:
         conn.process_data_events(time_limit=0.1)
-    props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
-                                 timestamp=message.timestamp, delivery_mode=2)
-    sent = 0
     started, cpu_started = time.monotonic(), time.process_time()
-    while done[0] < events:
-        while sent < events and len(book) < window:
-            channel.basic_publish(queue.exchange, message.routing_key, message.body, props, mandatory=True)
-            book.sent(message.message_id, sent)
-            sent += 1
-        conn.process_data_events(time_limit=0 if sent < events and len(book) < window else 0.01)
+    fill()
+    while done < events:
+        conn.process_data_events(time_limit=0.01)
     elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
     conn.close()
     return Run(events / elapsed, cpu / events)

@@ -59,7 +59,7 @@ CONFIRM_LATENCY = BatchHistogram(
     "walfeed_relay_confirm_latency_seconds", "First publish to broker confirm",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events published, not confirmed yet")
+IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events read from the source, not confirmed by the broker yet")
 SLOT_LAG = Gauge("walfeed_relay_slot_lag_bytes", "pg_current_wal_lsn() - confirmed_flush_lsn of the slot")
 CONFIRMED_LSN = Gauge("walfeed_relay_confirmed_lsn", "Last WAL position confirmed to Postgres")
 RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lost connection", ["target"])

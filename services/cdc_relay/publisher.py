@@ -7,6 +7,9 @@ are republished with backoff, forever, see docs/adr/0012). The pika connection i
 pika's BlockingChannel makes `basic_publish` wait for each confirm once `confirm_delivery()` is on, so the
 thread drives the blocking connection's underlying channel (`channel._impl`) with callbacks instead: publish
 without waiting, and `process_data_events` delivers basic.ack / basic.nack / basic.return as they come.
+
+At most `window` messages are published and unconfirmed; the rest wait in the thread's ready queue, and each ack
+frame refills the window from inside its callback, like a bare publisher would (docs/adr/0011).
 """
 
 from __future__ import annotations
@@ -66,11 +69,13 @@ class Publisher(threading.Thread):
         amqp_url: str,
         topology: Topology,
         on_confirmed: Callable[[list[Hashable]], None],
+        window: int,
         is_current: Callable[[Hashable], bool] = lambda _token: True,
         blocked_timeout: float = 60.0,
     ) -> None:
         super().__init__(name="publisher", daemon=True)
         self._url, self._topology, self._exchange = amqp_url, topology, topology.events_exchange
+        self._window = window  # messages published and not confirmed by the broker, at most
         self._on_confirmed, self._is_current = on_confirmed, is_current
         self._blocked_timeout = blocked_timeout
         self._inbox: queue.SimpleQueue[list[Outgoing]] = queue.SimpleQueue()  # batches, not messages
@@ -93,6 +98,11 @@ class Publisher(threading.Thread):
             if self._asleep:  # a busy publisher looks at the inbox anyway: no wake-up write per batch
                 self._wake()
 
+    @property
+    def unconfirmed(self) -> int:
+        """Messages published and not confirmed yet (at most the window)."""
+        return len(self._book)
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake()
@@ -112,7 +122,8 @@ class Publisher(threading.Thread):
             try:
                 self._publish_available()
                 wait = self._wait_time()
-                if wait:
+                # With a full window the next ack frame drains the inbox (`_on_ack_nack`): a submit need not wake us.
+                if wait and len(self._book) < self._window:
                     self._asleep = True  # before looking at the inbox: a batch submitted after the look wakes us
                     if not self._inbox.empty() or self._stopping.is_set():
                         wait = 0.0
@@ -160,8 +171,8 @@ class Publisher(threading.Thread):
                 conn.close()
 
     def _wait_time(self) -> float:
-        if self._ready and not self._blocked:
-            return 0.0
+        if self._ready and not self._blocked and len(self._book) < self._window:
+            return 0.0  # a full window is refilled by the ack callback, inside process_data_events
         wait = 0.5
         if self._retry:
             wait = min(wait, max(0.0, self._retry[0][0] - time.monotonic()))
@@ -178,8 +189,8 @@ class Publisher(threading.Thread):
                 break
         # The hot loop of the relay: names looked up once, not per message.
         ready, publish, sent, is_current = self._ready, self._channel.basic_publish, self._book.sent, self._is_current
-        exchange, properties = self._exchange, pika.BasicProperties
-        while ready and not self._blocked:
+        exchange, properties, room = self._exchange, pika.BasicProperties, self._window - len(self._book)
+        while ready and room > 0 and not self._blocked:
             attempt = ready.popleft()
             message = attempt.message
             if not is_current(message.token):
@@ -188,6 +199,7 @@ class Publisher(threading.Thread):
                     properties(message_id=message.message_id, type=message.type, content_type=CONTENT_TYPE,
                                timestamp=message.timestamp, delivery_mode=PERSISTENT), mandatory=True)
             sent(message.message_id, attempt)
+            room -= 1
             if attempt.first_sent is None:
                 attempt.first_sent = now
 
@@ -215,6 +227,10 @@ class Publisher(threading.Thread):
             metrics.UNROUTABLE.inc()
             due = now + backoff.delay(attempt.tries, RETRY_BASE, RETRY_CAP)
             heapq.heappush(self._retry, (due, next(self._counter), attempt))
+        if self._channel is not None and (self._ready or not self._inbox.empty()):
+            # Refill the window now, from inside process_data_events (which returns only at its time limit or a
+            # wake-up): the broker never waits for the loop to come round.
+            self._publish_available()
 
     def _on_blocked(self, _conn: Any, _frame: Any) -> None:
         self._blocked = True

@@ -1,8 +1,8 @@
 """The relay loop: replication stream -> publisher, positions confirmed behind the broker's confirms.
 
 One thread reads the stream, tracks positions and talks to Postgres; the publisher thread owns the broker
-connection (docs/adr/0011). They meet in two places: `Publisher.submit` (bounded by the window: the stream is
-not read while `window` events are unconfirmed) and the confirmation queue, signalled through a pipe so the
+connection (docs/adr/0011). They meet in two places: `Publisher.submit` (bounded: the stream is not read while
+READ_AHEAD windows of events are unconfirmed) and the confirmation queue, signalled through a pipe so the
 loop's select() wakes for both the replication socket and confirmations.
 """
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 SESSION_SEQ_BITS = 40  # sequence numbers of session n are n << 40, n << 40 + 1...
 READ_BATCH = 500  # messages read before looking at confirmations again
+READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
 FEEDBACK_MIN_GAP = 0.1  # seconds between two position updates while busy
 
 
@@ -51,7 +52,7 @@ class Relay:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._publisher = Publisher(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
-                                    is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
+                                    window=relay.window, is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
                                     blocked_timeout=relay.blocked_timeout)
 
     def run(self) -> int:
@@ -101,8 +102,11 @@ class Relay:
         # session's first one belong to a session that ended (its events are sent again by Postgres).
         self._first_seq = first_seq = self._epoch << SESSION_SEQ_BITS
         tracker = PositionTracker(stream.start_lsn, first_seq)
-        window = self._cfg.window
-        resume_at = window - window // 4  # a full window is read again once a quarter of it is confirmed
+        # The publisher keeps at most `window` events unconfirmed at the broker; the stream is read up to one more
+        # window ahead of it, so that the broker's window is refilled from memory, never waits for this loop.
+        # Events held (read, not confirmed) stay bounded by 2 x window whatever the transaction size.
+        window = READ_AHEAD * self._cfg.window
+        resume_at = window - self._cfg.window // 4  # read again once a quarter window is confirmed
         throttled = False
         if not self._publisher.is_alive():
             self._publisher.start()

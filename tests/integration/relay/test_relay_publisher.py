@@ -1,5 +1,6 @@
 """The publisher against the real broker: asynchronous confirms through pika's `_impl` channel (docs/adr/0011)
-deliver every token once, and a message nobody takes is never reported confirmed."""
+deliver every token once, and a message nobody takes is never reported confirmed. A small window is refilled by
+the acks themselves, and never exceeded."""
 
 from __future__ import annotations
 
@@ -26,8 +27,19 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(in
         with lock:
             confirmed.extend(tokens)
 
-    publisher = Publisher(infra.amqp_url, topology, on_confirmed)
+    window = 16
+    publisher = Publisher(infra.amqp_url, topology, on_confirmed, window=window)
     publisher.start()
+    most_unconfirmed = [0]
+    watching = threading.Event()
+
+    def watch() -> None:  # samples: it can miss a peak, never invent one
+        while not watching.is_set():
+            most_unconfirmed[0] = max(most_unconfirmed[0], publisher.unconfirmed)
+            watching.wait(0.0005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     queue = f"{topology.prefix}.test.publisher"
     try:
@@ -44,6 +56,9 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(in
                    what="500 messages in the queue")
         with lock:
             assert sorted(confirmed, key=str) == sorted(range(500), key=str)  # each once, the unroutable never
+        watching.set()
+        watcher.join(5)
+        assert 0 < most_unconfirmed[0] <= window
     finally:
         publisher.stop()
         publisher.join(10)
