@@ -56,6 +56,24 @@ class Outgoing(NamedTuple):
     timestamp: int
 
 
+class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is untyped
+    """The properties of an event message (SPEC.md section 5): persistent, JSON, with its id, type and time.
+
+    One is built per message on the publisher thread, the relay's busiest: the constant properties are class
+    attributes and `__init__` sets the three that vary, instead of BasicProperties' fourteen assignments (~0.3 us
+    instead of ~2). `encode()` is pika's own and reads the attributes, so the bytes on the wire are the same as
+    BasicProperties(...) with the same values would give (tests/unit/test_relay_pika_pin.py).
+    """
+
+    content_type = CONTENT_TYPE
+    delivery_mode = PERSISTENT
+    content_encoding = headers = priority = correlation_id = reply_to = expiration = None
+    user_id = app_id = cluster_id = None
+
+    def __init__(self, message_id: str, type: str, timestamp: int) -> None:
+        self.message_id, self.type, self.timestamp = message_id, type, timestamp
+
+
 @dataclass(slots=True)
 class _Attempt:
     message: Outgoing
@@ -189,15 +207,14 @@ class Publisher(threading.Thread):
                 break
         # The hot loop of the relay: names looked up once, not per message.
         ready, publish, sent, is_current = self._ready, self._channel.basic_publish, self._book.sent, self._is_current
-        exchange, properties, room = self._exchange, pika.BasicProperties, self._window - len(self._book)
+        exchange, properties, room = self._exchange, EventProperties, self._window - len(self._book)
         while ready and room > 0 and not self._blocked:
             attempt = ready.popleft()
             message = attempt.message
             if not is_current(message.token):
                 continue  # from a replication session that ended: Postgres sends it again
             publish(exchange, message.routing_key, message.body,
-                    properties(message_id=message.message_id, type=message.type, content_type=CONTENT_TYPE,
-                               timestamp=message.timestamp, delivery_mode=PERSISTENT), mandatory=True)
+                    properties(message.message_id, message.type, message.timestamp), mandatory=True)
             sent(message.message_id, attempt)
             room -= 1
             if attempt.first_sent is None:
