@@ -22,7 +22,7 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
               ["--events", "20000", "--pairs", "5", "--lag-seconds", "8"], 1, 1),
     "fanout": ("fanout_throughput.py", ["--runs", "3", "--posts", "15", "--small-events", "200"],
                ["--runs", "5", "--posts", "40", "--small-events", "500"], 1, 1),
-    "api": ("api_latency.py", ["--requests", "80", "--seconds", "2", "--pairs", "1"],
+    "api": ("api_latency.py", ["--requests", "80", "--rounds", "3", "--seconds", "2", "--pairs", "1"],
             ["--requests", "200", "--seconds", "3", "--pairs", "3"], 1, 2),
 }
 ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 60.0)}  # seconds per run: quick, full
