@@ -35,7 +35,7 @@ from services.cdc_relay.poll_policy import (
     mark_due,
     next_poll_delay,
 )
-from services.cdc_relay.publisher import Outgoing, Publisher
+from services.cdc_relay.publisher import Outgoing, PublisherThread
 from services.cdc_relay.relay import outgoing
 from services.core import backoff
 from services.core.settings import Settings
@@ -89,7 +89,7 @@ class Poller:
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._next_poll = 0.0
         self._last_mark = 0.0
-        self._publisher = Publisher(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
+        self._publisher = PublisherThread(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
                                     window=relay.window,
                                     blocked_timeout=relay.blocked_timeout)
 

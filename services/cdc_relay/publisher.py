@@ -1,24 +1,25 @@
-"""Publishes to the events exchange with asynchronous publisher confirms, on its own thread.
+"""Publishes to the events exchange with asynchronous publisher confirms, driven by a pika IOLoop.
 
 Independent of where events come from: callers `submit` `Outgoing` messages carrying an opaque token and get
 the tokens back through `on_confirmed` once the broker has confirmed them (never for a nack or a return: those
-are republished with backoff, forever, see docs/adr/0012). The pika connection is used only by this thread.
+are republished with backoff, forever, see docs/adr/0012).
 
-pika's BlockingChannel makes `basic_publish` wait for each confirm once `confirm_delivery()` is on, so the
-thread drives the blocking connection's underlying channel (`channel._impl`) with callbacks instead: publish
-without waiting, and `process_data_events` delivers basic.ack / basic.nack / basic.return as they come.
+`Publisher` runs on the IOLoop it is given, in that loop's thread, and never blocks it: pika's asynchronous
+`SelectConnection`, whose `Channel.confirm_delivery(ack_nack_callback=...)` delivers basic.ack / basic.nack /
+basic.return as callbacks. The CDC relay gives it its own loop, shared with the replication socket (one thread,
+docs/adr/0014). `PublisherThread` runs one on a thread and loop of its own, for callers that block (the polling
+source).
 
-At most `window` messages are published and unconfirmed; the rest wait in the thread's ready queue, and each ack
-frame refills the window from inside its callback, like a bare publisher would (docs/adr/0011).
+At most `window` messages are published and unconfirmed; the rest wait in the ready queue, and each ack frame
+refills the window from inside its callback. A lost connection is reopened with capped backoff (a booting broker
+is normal) and everything unconfirmed is published again, oldest first: duplicates, never losses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 import pika
 import pika.exceptions
 import pika.spec
+from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.confirms import ConfirmBook
@@ -40,7 +42,10 @@ log = logging.getLogger(__name__)
 
 RETRY_BASE = 0.2
 RETRY_CAP = 5.0
+CONNECT_BASE = 0.5
+CONNECT_CAP = 15.0
 LOUD_EVERY = 5.0  # seconds between two "unroutable" warnings
+CLOSE_TIMEOUT = 5.0  # seconds `stop` waits for the broker's close-ok
 PERSISTENT = pika.DeliveryMode.Persistent.value
 
 
@@ -59,9 +64,9 @@ class Outgoing(NamedTuple):
 class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is untyped
     """The properties of an event message (SPEC.md section 5): persistent, JSON, with its id, type and time.
 
-    One is built per message on the publisher thread, the relay's busiest: the constant properties are class
-    attributes and `__init__` sets the three that vary, instead of BasicProperties' fourteen assignments (~0.3 us
-    instead of ~2). `encode()` is pika's own and reads the attributes, so the bytes on the wire are the same as
+    One is built per message on the relay's hot path: the constant properties are class attributes and `__init__`
+    sets the three that vary, instead of BasicProperties' fourteen assignments (~0.3 us instead of ~2).
+    `encode()` is pika's own and reads the attributes, so the bytes on the wire are the same as
     BasicProperties(...) with the same values would give (tests/unit/test_relay_pika_pin.py).
     """
 
@@ -81,9 +86,10 @@ class _Attempt:
     first_sent: float | None = None
 
 
-class Publisher(threading.Thread):
+class Publisher:
     def __init__(
         self,
+        ioloop: IOLoop,
         amqp_url: str,
         topology: Topology,
         on_confirmed: Callable[[list[Hashable]], None],
@@ -91,124 +97,136 @@ class Publisher(threading.Thread):
         is_current: Callable[[Hashable], bool] = lambda _token: True,
         blocked_timeout: float = 60.0,
     ) -> None:
-        super().__init__(name="publisher", daemon=True)
+        self._ioloop = ioloop
         self._url, self._topology, self._exchange = amqp_url, topology, topology.events_exchange
-        self._window = window  # messages published and not confirmed by the broker, at most
         self._on_confirmed, self._is_current = on_confirmed, is_current
+        self._window = window  # messages published and not confirmed by the broker, at most
         self._blocked_timeout = blocked_timeout
-        self._inbox: queue.SimpleQueue[list[Outgoing]] = queue.SimpleQueue()  # batches, not messages
-        self._asleep = False  # waiting in process_data_events: a submit must wake the connection
         self._ready: deque[_Attempt] = deque()
         self._retry: list[tuple[float, int, _Attempt]] = []
+        self._retry_timer: Any = None
         self._counter = itertools.count()
         self._book: ConfirmBook[_Attempt] = ConfirmBook()
-        self._conn: pika.BlockingConnection | None = None
-        self._channel: Any = None  # pika.channel.Channel under the blocking channel
+        self._conn: pika.SelectConnection | None = None
+        self._channel: Any = None  # pika.channel.Channel, set once in confirm mode
         self._blocked = False
-        self._stopping = threading.Event()
+        self._attempt = 0  # failed connection attempts in a row
+        self._reconnect_timer: Any = None
+        self._stopping = False
+        self._on_stopped: Callable[[], None] | None = None
         self._last_loud = 0.0
-
-    # --- any thread ---
-    def submit(self, messages: Iterable[Outgoing]) -> None:
-        batch = list(messages)
-        if batch:
-            self._inbox.put(batch)
-            if self._asleep:  # a busy publisher looks at the inbox anyway: no wake-up write per batch
-                self._wake()
 
     @property
     def unconfirmed(self) -> int:
         """Messages published and not confirmed yet (at most the window)."""
         return len(self._book)
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake()
+    def start(self) -> None:
+        self._connect()
 
-    def _wake(self) -> None:
+    def submit(self, messages: Iterable[Outgoing]) -> None:
+        self._ready.extend(map(_Attempt, messages))
+        self._publish_available()
+
+    def stop(self, on_stopped: Callable[[], None]) -> None:
+        """Close the connection; `on_stopped` is called once it is closed (at most CLOSE_TIMEOUT later)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        called = [False]
+
+        def stopped() -> None:
+            if not called[0]:
+                called[0] = True
+                on_stopped()
+
+        self._on_stopped = stopped
+        for timer in (self._retry_timer, self._reconnect_timer):
+            if timer is not None:
+                self._ioloop.remove_timeout(timer)
+        self._retry_timer = self._reconnect_timer = None
         conn = self._conn
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.add_callback_threadsafe(lambda: None)
+        if conn is None or conn.is_closed:
+            stopped()
+            return
+        self._ioloop.call_later(CLOSE_TIMEOUT, stopped)
+        if not conn.is_closing:
+            conn.close()
 
-    # --- the publisher thread ---
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            if self._conn is None and not self._connect():
-                break
-            assert self._conn is not None
-            try:
-                self._publish_available()
-                wait = self._wait_time()
-                # With a full window the next ack frame drains the inbox (`_on_ack_nack`): a submit need not wake us.
-                if wait and len(self._book) < self._window:
-                    self._asleep = True  # before looking at the inbox: a batch submitted after the look wakes us
-                    if not self._inbox.empty() or self._stopping.is_set():
-                        wait = 0.0
-                try:
-                    self._conn.process_data_events(time_limit=wait)
-                finally:
-                    self._asleep = False
-            except pika.exceptions.AMQPError as exc:
-                log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
-                metrics.RECONNECTS.labels("rabbitmq").inc()
-                self._drop_connection()
-        self._drop_connection()
+    # --- connection life cycle (callbacks on the loop) ---
+    def _connect(self) -> None:
+        self._reconnect_timer = None
+        params = amqp.parameters(self._url, name="walfeed-relay")
+        params.blocked_connection_timeout = self._blocked_timeout
+        self._conn = pika.SelectConnection(params, on_open_callback=self._on_open,
+                                           on_open_error_callback=self._on_open_error,
+                                           on_close_callback=self._on_closed, custom_ioloop=self._ioloop)
 
-    def _connect(self) -> bool:
-        conn = amqp.connect_with_retry(self._url, name="walfeed-relay", should_stop=self._stopping.is_set,
-                                       blocked_connection_timeout=self._blocked_timeout)
-        if conn is None:
-            return False
-        try:
-            blocking = conn.channel()
-            amqp.declare_events_exchange(blocking, self._topology)
-            channel = blocking._impl
-            selected: list[bool] = []
-            channel.add_on_return_callback(self._on_return)
-            channel.confirm_delivery(ack_nack_callback=self._on_ack_nack, callback=lambda _f: selected.append(True))
-            while not selected:
-                conn.process_data_events(time_limit=0.1)
-            conn.add_on_connection_blocked_callback(self._on_blocked)
-            conn.add_on_connection_unblocked_callback(self._on_unblocked)
-        except pika.exceptions.AMQPError as exc:
-            log.warning("broker channel set-up failed, reconnecting", extra={"error": repr(exc)})
-            if conn.is_open:
-                conn.close()
-            return not self._stopping.is_set()
-        self._conn, self._channel, self._blocked = conn, channel, False
-        resend = self._book.reset()
-        self._ready.extendleft(reversed(resend))
-        log.info("broker connected", extra={"exchange": self._topology.events_exchange, "resend": len(resend)})
-        return True
+    def _on_open(self, conn: pika.SelectConnection) -> None:
+        conn.add_on_connection_blocked_callback(self._on_blocked)
+        conn.add_on_connection_unblocked_callback(self._on_unblocked)
+        conn.channel(on_open_callback=self._on_channel)
 
-    def _drop_connection(self) -> None:
-        conn, self._conn, self._channel = self._conn, None, None
+    def _on_channel(self, channel: Any) -> None:
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_return_callback(self._on_return)
+        channel.exchange_declare(self._exchange, exchange_type="topic", durable=True,
+                                 callback=lambda _frame: channel.confirm_delivery(
+                                     ack_nack_callback=self._on_ack_nack,
+                                     callback=lambda _frame: self._on_confirm_mode(channel)))
+
+    def _on_confirm_mode(self, channel: Any) -> None:
+        self._channel, self._blocked, self._attempt = channel, False, 0
+        log.info("broker connected", extra={"exchange": self._exchange, "resend": len(self._ready)})
+        self._publish_available()
+
+    def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
+        # The broker closed the channel (a declaration refused, say): start over with a new connection.
+        self._channel = None
+        conn = self._conn
         if conn is not None and conn.is_open:
-            with contextlib.suppress(Exception):
-                conn.close()
+            log.warning("broker closed the channel, reconnecting", extra={"error": repr(reason)})
+            conn.close()
 
-    def _wait_time(self) -> float:
-        if self._ready and not self._blocked and len(self._book) < self._window:
-            return 0.0  # a full window is refilled by the ack callback, inside process_data_events
-        wait = 0.5
-        if self._retry:
-            wait = min(wait, max(0.0, self._retry[0][0] - time.monotonic()))
-        return wait
+    def _on_open_error(self, _conn: Any, error: BaseException) -> None:
+        self._conn = None
+        if self._stopping:
+            self._finish_stop()
+            return
+        self._attempt += 1
+        wait = backoff.delay(self._attempt, CONNECT_BASE, CONNECT_CAP)
+        log.warning("broker unreachable, retrying", extra={"attempt": self._attempt, "error": repr(error),
+                                                            "retry_in": round(wait, 2)})
+        self._reconnect_timer = self._ioloop.call_later(wait, self._connect)
 
+    def _on_closed(self, _conn: Any, reason: BaseException) -> None:
+        self._conn, self._channel, self._blocked = None, None, False
+        # Nothing is in flight on a closed channel: everything unconfirmed goes first in the queue, to be published
+        # again (the broker may or may not have it: resending is the at-least-once answer).
+        self._ready.extendleft(reversed(self._book.reset()))
+        if self._stopping:
+            self._finish_stop()
+            return
+        log.warning("broker connection lost, reconnecting", extra={"error": repr(reason)})
+        metrics.RECONNECTS.labels("rabbitmq").inc()
+        self._attempt += 1
+        self._reconnect_timer = self._ioloop.call_later(backoff.delay(self._attempt, CONNECT_BASE, CONNECT_CAP),
+                                                        self._connect)
+
+    def _finish_stop(self) -> None:
+        if self._on_stopped is not None:
+            self._on_stopped()
+
+    # --- publishing and confirms ---
     def _publish_available(self) -> None:
-        now = time.monotonic()
-        while self._retry and self._retry[0][0] <= now:
-            self._ready.append(heapq.heappop(self._retry)[2])
-        while True:
-            try:
-                self._ready.extend(map(_Attempt, self._inbox.get_nowait()))
-            except queue.Empty:
-                break
+        channel = self._channel
+        if channel is None or self._blocked:
+            return
         # The hot loop of the relay: names looked up once, not per message.
-        ready, publish, sent, is_current = self._ready, self._channel.basic_publish, self._book.sent, self._is_current
+        ready, publish, sent, is_current = self._ready, channel.basic_publish, self._book.sent, self._is_current
         exchange, properties, room = self._exchange, EventProperties, self._window - len(self._book)
-        while ready and room > 0 and not self._blocked:
+        now = time.monotonic()
+        while ready and room > 0:
             attempt = ready.popleft()
             message = attempt.message
             if not is_current(message.token):
@@ -239,15 +257,28 @@ class Publisher(threading.Thread):
             metrics.CONFIRM_LATENCY.observe_since(now, [a.first_sent or now for a in confirmed])
             metrics.PUBLISHED.inc(len(confirmed))
             self._on_confirmed([a.message.token for a in confirmed])
-        for attempt in outcome.failed:
-            attempt.tries += 1
-            metrics.UNROUTABLE.inc()
-            due = now + backoff.delay(attempt.tries, RETRY_BASE, RETRY_CAP)
-            heapq.heappush(self._retry, (due, next(self._counter), attempt))
-        if self._channel is not None and (self._ready or not self._inbox.empty()):
-            # Refill the window now, from inside process_data_events (which returns only at its time limit or a
-            # wake-up): the broker never waits for the loop to come round.
-            self._publish_available()
+        if outcome.failed:
+            for attempt in outcome.failed:
+                attempt.tries += 1
+                metrics.UNROUTABLE.inc()
+                due = now + backoff.delay(attempt.tries, RETRY_BASE, RETRY_CAP)
+                heapq.heappush(self._retry, (due, next(self._counter), attempt))
+            self._schedule_retry(now)
+        self._publish_available()  # refill the window at once: the broker never waits for a loop to come round
+
+    def _schedule_retry(self, now: float) -> None:
+        if self._retry_timer is not None:
+            self._ioloop.remove_timeout(self._retry_timer)
+        self._retry_timer = self._ioloop.call_later(max(0.0, self._retry[0][0] - now), self._on_retry_due)
+
+    def _on_retry_due(self) -> None:
+        self._retry_timer = None
+        now = time.monotonic()
+        while self._retry and self._retry[0][0] <= now:
+            self._ready.append(heapq.heappop(self._retry)[2])
+        if self._retry:
+            self._schedule_retry(now)
+        self._publish_available()
 
     def _on_blocked(self, _conn: Any, _frame: Any) -> None:
         self._blocked = True
@@ -256,9 +287,41 @@ class Publisher(threading.Thread):
     def _on_unblocked(self, _conn: Any, _frame: Any) -> None:
         self._blocked = False
         log.info("broker unblocked publishing")
+        self._publish_available()
 
     def _loud(self, message: str, extra: dict[str, Any]) -> None:
         now = time.monotonic()
         if now - self._last_loud >= LOUD_EVERY:
             self._last_loud = now
             log.warning(message, extra={**extra, "retrying": len(self._retry) + 1})
+
+
+class PublisherThread(threading.Thread):
+    """A `Publisher` on a thread and IOLoop of its own, for callers with a blocking loop. `on_confirmed` is called
+    on this thread; `submit` and `stop` may be called from any thread."""
+
+    def __init__(self, amqp_url: str, topology: Topology, on_confirmed: Callable[[list[Hashable]], None],
+                 window: int, blocked_timeout: float = 60.0) -> None:
+        super().__init__(name="publisher", daemon=True)
+        self._ioloop = IOLoop()
+        self._publisher = Publisher(self._ioloop, amqp_url, topology, on_confirmed, window,
+                                    blocked_timeout=blocked_timeout)
+
+    @property
+    def unconfirmed(self) -> int:
+        return self._publisher.unconfirmed
+
+    def run(self) -> None:
+        self._publisher.start()
+        try:
+            self._ioloop.start()
+        finally:
+            self._ioloop.close()
+
+    def submit(self, messages: Iterable[Outgoing]) -> None:
+        batch = list(messages)
+        if batch:
+            self._ioloop.add_callback_threadsafe(lambda: self._publisher.submit(batch))
+
+    def stop(self) -> None:
+        self._ioloop.add_callback_threadsafe(lambda: self._publisher.stop(self._ioloop.stop))

@@ -1,23 +1,23 @@
-"""The relay loop: replication stream -> publisher, positions confirmed behind the broker's confirms.
+"""The relay: replication stream -> publisher, positions confirmed behind the broker's confirms. One thread.
 
-One thread reads the stream, tracks positions and talks to Postgres; the publisher thread owns the broker
-connection (docs/adr/0011). They meet in two places: `Publisher.submit` (bounded: the stream is not read while
-READ_AHEAD windows of events are unconfirmed) and the confirmation queue, signalled through a pipe so the
-loop's select() wakes for both the replication socket and confirmations.
+A pika IOLoop watches the replication socket and the broker's socket and runs the timers (docs/adr/0014): the
+stream is read when it is readable and the read-ahead allows (at most READ_AHEAD windows of events unconfirmed),
+events go straight to the publisher (which keeps one window at the broker), and its confirmations come back as
+calls on the same thread. Nothing here blocks on the broker: status updates go out from a timer whatever the
+broker does (slow, blocked by an alarm, down), well inside wal_sender_timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import queue
-import select
 import signal
 import time
 from collections.abc import Hashable
 from types import FrameType
 from typing import cast
+
+from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
@@ -33,124 +33,228 @@ from services.core.topology import Topology
 log = logging.getLogger(__name__)
 
 SESSION_SEQ_BITS = 40  # sequence numbers of session n are n << 40, n << 40 + 1...
-READ_BATCH = 500  # messages read before looking at confirmations again
+READ_BATCH = 500  # messages read before the loop looks at its sockets and timers again
 READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
-FEEDBACK_MIN_GAP = 0.1  # seconds between two position updates while busy
+TICK = 0.1  # seconds between two looks at the position to confirm (so, between two updates while busy)
 
 
 class Relay:
     def __init__(self, settings: Settings, relay: RelaySettings) -> None:
         self._settings, self._cfg = settings, relay
-        self._stopping = False
-        self._asleep = False  # the loop waits in select(): confirmations must poke the pipe to wake it
-        self._wake_after = 1  # confirmations the sleeping loop waits for (set by the loop before it sleeps)
-        self._unpoked = 0  # confirmations queued since the last poke (publisher thread only)
-        self._epoch = 0  # one per replication session; confirmations of older sessions are ignored
-        self._first_seq = 0  # the session's sequence numbers (the tokens) start here: older ones are of old sessions
-        self._confirmed: queue.SimpleQueue[list[Hashable]] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._publisher = Publisher(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
-                                    window=relay.window, is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
+        self._ioloop = IOLoop()
+        self._publisher = Publisher(self._ioloop, settings.amqp_url, Topology(settings.amqp_prefix),
+                                    self._on_confirmed, window=relay.window,
+                                    is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
                                     blocked_timeout=relay.blocked_timeout)
+        # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
+        # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
+        self._limit = READ_AHEAD * relay.window
+        self._resume_at = self._limit - max(1, relay.window // 4)  # read again once a quarter window is confirmed
+        self._stream: ReplicationStream | None = None
+        self._tracker: PositionTracker | None = None
+        self._fd = -1
+        self._watching = False  # the replication socket is in the loop
+        self._read_soon = False  # a read is scheduled (messages may be buffered in libpq: no socket event)
+        self._epoch = 0  # one per replication session; confirmations of older sessions are ignored
+        self._first_seq = 0  # the session's sequence numbers (the tokens) start here
+        self._attempt = 0  # failed attempts to open the stream in a row
+        self._sent = 0  # the position last confirmed to Postgres
+        self._last_feedback = 0.0
+        self._stopping = False
+        self._stop_deadline = 0.0
+        self._stopped = False
+        self._exit = 0
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        attempt = 0
+        self._publisher.start()
+        self._ioloop.call_later(0, self._open_stream)
+        self._ioloop.call_later(TICK, self._tick)
         try:
-            while not self._stopping:
-                try:
-                    stream = ReplicationStream.open(self._settings.database_url, self._settings.slot,
-                                                    self._cfg.status_interval)
-                except SlotMissing:
-                    log.error("replication slot does not exist: check WALFEED_SLOT and run `walfeed migrate`",
-                              extra={"slot": self._settings.slot})
-                    return 1
-                except SlotBusy as exc:
-                    log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
-                    self._sleep(self._cfg.standby_interval)
-                    continue
-                except ConnectionLost as exc:
-                    attempt += 1
-                    wait = backoff.delay(attempt, 0.5, 10.0)
-                    log.warning("postgres unreachable, retrying", extra={"error": str(exc).strip(),
-                                                                         "retry_in": round(wait, 2)})
-                    self._sleep(wait)
-                    continue
-                attempt = 0
-                try:
-                    self._session(stream)
-                except ConnectionLost as exc:
-                    metrics.RECONNECTS.labels("postgres").inc()
-                    log.warning("replication connection lost, reconnecting", extra={"error": str(exc).strip()})
-                    self._sleep(backoff.delay(1, 0.5, 10.0))
-                finally:
-                    stream.close()
-            return 0
+            self._ioloop.start()
         finally:
-            self._publisher.stop()
-            if self._publisher.is_alive():
-                self._publisher.join(5.0)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._close_stream()
+            self._ioloop.close()
+        return self._exit
 
-    def _session(self, stream: ReplicationStream) -> None:
+    # --- the replication stream ---
+    def _open_stream(self) -> None:
+        if self._stopping:
+            return
+        try:
+            stream = ReplicationStream.open(self._settings.database_url, self._settings.slot,
+                                            self._cfg.status_interval)
+        except SlotMissing:
+            log.error("replication slot does not exist: check WALFEED_SLOT and run `walfeed migrate`",
+                      extra={"slot": self._settings.slot})
+            self._exit = 1
+            self._begin_stop()
+            return
+        except SlotBusy as exc:
+            log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
+            self._ioloop.call_later(self._cfg.standby_interval, self._open_stream)
+            return
+        except ConnectionLost as exc:
+            self._attempt += 1
+            wait = backoff.delay(self._attempt, 0.5, 10.0)
+            log.warning("postgres unreachable, retrying", extra={"error": str(exc).strip(),
+                                                                 "retry_in": round(wait, 2)})
+            self._ioloop.call_later(wait, self._open_stream)
+            return
+        self._attempt = 0
         self._epoch += 1
         # Tokens are the tracker's sequence numbers, made unique across sessions: those below the current
         # session's first one belong to a session that ended (its events are sent again by Postgres).
-        self._first_seq = first_seq = self._epoch << SESSION_SEQ_BITS
-        tracker = PositionTracker(stream.start_lsn, first_seq)
-        # The publisher keeps at most `window` events unconfirmed at the broker; the stream is read up to one more
-        # window ahead of it, so that the broker's window is refilled from memory, never waits for this loop.
-        # Events held (read, not confirmed) stay bounded by 2 x window whatever the transaction size.
-        window = READ_AHEAD * self._cfg.window
-        resume_at = window - self._cfg.window // 4  # read again once a quarter window is confirmed
-        throttled = False
-        if not self._publisher.is_alive():
-            self._publisher.start()
+        self._first_seq = self._epoch << SESSION_SEQ_BITS
+        self._tracker = PositionTracker(stream.start_lsn, self._first_seq)
+        self._stream, self._fd = stream, stream.fileno()
+        self._sent, self._last_feedback = stream.start_lsn, time.monotonic()
         log.info("streaming", extra={"slot": self._settings.slot, "lsn": format_lsn(stream.start_lsn)})
-        sent = stream.start_lsn
-        last_feedback = time.monotonic()
-        while not self._stopping:
-            self._drain(tracker, first_seq)
-            batch: list[Outgoing] = []
-            more = False
-            if throttled and tracker.in_flight <= resume_at:
-                throttled = False
-            if not throttled and tracker.in_flight < window:
-                more = self._read(stream, tracker, batch, window - tracker.in_flight)
-                if batch:
-                    self._publisher.submit(batch)
-                throttled = tracker.in_flight >= window
+        self._watch(True)
+        self._schedule_read()
+
+    def _watch(self, on: bool) -> None:
+        if on == self._watching or self._stream is None:
+            return
+        if on:
+            self._ioloop.add_handler(self._fd, self._on_readable, IOLoop.READ)
+        else:
+            self._ioloop.remove_handler(self._fd)
+        self._watching = on
+
+    def _on_readable(self, _fd: int, _events: int) -> None:
+        self._read_available()
+
+    def _schedule_read(self) -> None:
+        if not self._read_soon:
+            self._read_soon = True
+            self._ioloop.call_later(0, self._scheduled_read)
+
+    def _scheduled_read(self) -> None:
+        self._read_soon = False
+        self._read_available()
+
+    def _read_available(self) -> None:
+        stream, tracker = self._stream, self._tracker
+        if stream is None or tracker is None or self._stopping:
+            return
+        room = self._limit - tracker.in_flight
+        if room <= 0:
+            self._watch(False)  # until confirmations make room (`_on_confirmed`)
+            return
+        batch: list[Outgoing] = []
+        try:
+            more = self._read(stream, tracker, batch, room)
+        except ConnectionLost as exc:
+            self._lose_stream(exc)
+            return
+        if batch:
+            self._publisher.submit(batch)
+            metrics.IN_FLIGHT.set(tracker.in_flight)
+        if tracker.in_flight >= self._limit:
+            self._watch(False)
+        elif more:
+            self._schedule_read()  # after the loop has looked at the broker's socket and the timers
+
+    def _lose_stream(self, exc: BaseException) -> None:
+        metrics.RECONNECTS.labels("postgres").inc()
+        log.warning("replication connection lost, reconnecting", extra={"error": str(exc).strip()})
+        self._close_stream()
+        self._ioloop.call_later(backoff.delay(1, 0.5, 10.0), self._open_stream)
+
+    def _close_stream(self) -> None:
+        if self._watching:
+            with contextlib.suppress(Exception):
+                self._ioloop.remove_handler(self._fd)
+            self._watching = False
+        stream, self._stream, self._tracker = self._stream, None, None
+        if stream is not None:
+            stream.close()
+
+    # --- confirmations and positions ---
+    def _on_confirmed(self, tokens: list[Hashable]) -> None:  # from the publisher's ack callback
+        tracker = self._tracker
+        if tracker is None:
+            return  # the session ended: Postgres sends its events again
+        seqs = cast(list[int], tokens)
+        if seqs and min(seqs) < self._first_seq:  # confirmations of a session that ended: not ours to count
+            seqs = [seq for seq in seqs if seq >= self._first_seq]
+        tracker.confirmed_many(seqs)
+        metrics.IN_FLIGHT.set(tracker.in_flight)
+        if self._stopping:
+            if not tracker.in_flight:
+                self._finish_stop()
+        elif not self._watching and tracker.in_flight <= self._resume_at:
+            self._watch(True)
+            self._schedule_read()
+
+    def _tick(self) -> None:
+        """Every TICK: the idle position, the gauge, and a status update when the position advanced or when
+        WALFEED_RELAY_STATUS_INTERVAL passed without one."""
+        if self._stopped:
+            return
+        self._ioloop.call_later(TICK, self._tick)
+        stream, tracker = self._stream, self._tracker
+        if stream is None or tracker is None:
+            return
+        try:
             if tracker.idle:
                 tracker.server_idle_at(stream.wal_end)
             metrics.IN_FLIGHT.set(tracker.in_flight)
             now = time.monotonic()
-            advanced = tracker.confirmable > sent and now - last_feedback >= FEEDBACK_MIN_GAP
-            if advanced or now - last_feedback >= self._cfg.status_interval:
-                stream.feedback(tracker.confirmable)
-                sent, last_feedback = tracker.confirmable, now
-                metrics.CONFIRMED_LSN.set(sent)
-            if more:
-                continue
-            watch: list[int] = [self._wake_r]
-            if not throttled and tracker.in_flight < window:
-                watch.append(stream.fileno())
-            # With most of the window in flight, the loop has little to do before enough confirmations arrive to
-            # read a quarter window again: one wake-up for them, not one per ack frame (the stream's socket and the
-            # timeout still wake it; a lost or failed confirmation too).
-            wake_after = tracker.in_flight - resume_at if tracker.in_flight > resume_at else 1
-            self._wait(watch, FEEDBACK_MIN_GAP if tracker.confirmable > sent else min(1.0, self._cfg.status_interval),
-                       wake_after)
-        self._shutdown(stream, tracker, first_seq)
+            if tracker.confirmable > self._sent or now - self._last_feedback >= self._cfg.status_interval:
+                self._feedback(stream, tracker, now)
+        except ConnectionLost as exc:
+            self._lose_stream(exc)
+
+    def _feedback(self, stream: ReplicationStream, tracker: PositionTracker, now: float) -> None:
+        stream.feedback(tracker.confirmable)
+        self._sent, self._last_feedback = tracker.confirmable, now
+        metrics.CONFIRMED_LSN.set(self._sent)
+
+    # --- stopping ---
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._ioloop.add_callback_threadsafe(self._begin_stop)  # wakes the loop; the rest happens on it
+
+    def _begin_stop(self) -> None:
+        """Stop reading, wait (bounded) for outstanding confirms, send the final position, close the broker."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._watch(False)
+        self._stop_deadline = time.monotonic() + self._cfg.shutdown_timeout
+        in_flight = self._tracker.in_flight if self._tracker is not None else 0
+        log.info("stopping: waiting for outstanding confirms", extra={"in_flight": in_flight})
+        self._wait_for_confirms()
+
+    def _wait_for_confirms(self) -> None:
+        tracker = self._tracker
+        if tracker is not None and tracker.in_flight and time.monotonic() < self._stop_deadline:
+            self._ioloop.call_later(TICK, self._wait_for_confirms)  # `_on_confirmed` may finish earlier
+            return
+        self._finish_stop()
+
+    def _finish_stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        stream, tracker = self._stream, self._tracker
+        if stream is not None and tracker is not None:
+            try:
+                self._feedback(stream, tracker, time.monotonic())
+            except ConnectionLost as exc:
+                log.warning("could not send the final position", extra={"error": str(exc).strip()})
+            log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
+        self._close_stream()
+        self._publisher.stop(self._ioloop.stop)
+
 
     @staticmethod
     def _read(stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing], room: int) -> bool:
         """Read up to READ_BATCH messages and at most `room` events; True when more may be waiting.
 
-        The hot loop of the stream thread: the tracker hears of the events once per transaction part (at the
+        The hot loop of the relay: the tracker hears of the events once per transaction part (at the
         commit, or at the end of the batch), not per event; their sequence numbers are the ones it will give.
         """
         read_message, append = stream.read_message, batch.append
@@ -181,69 +285,6 @@ class Relay:
         if pending:
             tracker.published_many(pending)
         return more
-
-    def _shutdown(self, stream: ReplicationStream, tracker: PositionTracker, first_seq: int) -> None:
-        deadline = time.monotonic() + self._cfg.shutdown_timeout
-        log.info("stopping: waiting for outstanding confirms", extra={"in_flight": tracker.in_flight})
-        while tracker.in_flight and time.monotonic() < deadline:
-            self._wait([self._wake_r], 0.1)
-            self._drain(tracker, first_seq)
-        stream.feedback(tracker.confirmable)
-        log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
-
-    def _drain(self, tracker: PositionTracker, first_seq: int) -> None:
-        while True:
-            try:
-                seqs = cast(list[int], self._confirmed.get_nowait())
-            except queue.Empty:
-                return
-            if seqs and min(seqs) < first_seq:  # confirmations of a session that ended: not ours to count
-                seqs = [seq for seq in seqs if seq >= first_seq]
-            tracker.confirmed_many(seqs)
-
-    def _on_confirmed(self, tokens: list[Hashable]) -> None:  # publisher thread
-        self._confirmed.put(tokens)
-        self._unpoked += len(tokens)
-        # A busy loop drains the queue anyway: no pipe write (and GIL hand-off) per ack frame. A sleeping one is
-        # poked once `_wake_after` confirmations were queued since the last poke; counting from the last poke
-        # rather than from when it fell asleep can only poke earlier, never later.
-        if self._asleep and self._unpoked >= self._wake_after:
-            self._unpoked = 0
-            self._poke()
-
-    def _wait(self, fds: list[int], timeout: float, wake_after: int = 1) -> None:
-        """select() on `fds` and the wake-up pipe, unless confirmations are already waiting. The publisher thread
-        pokes the pipe once `wake_after` confirmations are queued."""
-        self._wake_after = max(1, wake_after)
-        self._asleep = True  # set before looking at the queue: a confirmation put after the look pokes the pipe
-        try:
-            if self._confirmed.empty() and not self._stopping:
-                ready, _, _ = select.select(fds, [], [], timeout)
-                if self._wake_r in ready:
-                    self._clear_wake()
-        finally:
-            self._asleep = False
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self._stopping = True
-        self._poke()
-
-    def _poke(self) -> None:
-        with contextlib.suppress(OSError):  # a full pipe wakes the loop just as well
-            os.write(self._wake_w, b"x")
-
-    def _clear_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping and (left := deadline - time.monotonic()) > 0:
-            select.select([self._wake_r], [], [], left)
-            self._clear_wake()
 
 
 def outgoing(event: Event, token: Hashable) -> Outgoing:

@@ -1,6 +1,7 @@
-"""The relay publishes on pika's private `BlockingChannel._impl` (docs/adr/0011): pika's blocking API has no
-asynchronous publisher confirms. These checks fail loudly, naming what changed, if a pika upgrade moves the
-internals the publisher (services/cdc_relay/publisher.py) and the ceiling benchmark rely on."""
+"""What the relay's publisher (services/cdc_relay/publisher.py, docs/adr/0014) and the ceiling benchmark rely on in
+pika: the asynchronous SelectConnection on an IOLoop of ours, the channel's confirm and return callbacks, and
+BasicProperties' attributes (EventProperties). All public API; these checks name what moved if a pika upgrade
+changes it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pika
 import pika.channel
 from hypothesis import given
 from hypothesis import strategies as st
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay.publisher import EventProperties
 from services.core.events import CONTENT_TYPE
@@ -21,27 +22,33 @@ def _parameters(function: object) -> list[str]:
 
 
 def test_pika_major_version_is_the_pinned_one() -> None:
-    assert pika.__version__.split(".")[0] == "1", "pyproject pins pika>=1.3,<2: re-check docs/adr/0011"
+    assert pika.__version__.split(".")[0] == "1", "pyproject pins pika>=1.3,<2: re-check docs/adr/0014"
 
 
-def test_blocking_channel_keeps_its_async_channel_in_impl() -> None:
-    source = inspect.getsource(BlockingChannel.__init__)
-    assert "self._impl = channel_impl" in source, "BlockingChannel no longer stores its pika.channel.Channel as _impl"
-    assert "channel_impl" in _parameters(BlockingChannel.__init__)
+def test_select_connection_takes_our_ioloop_and_the_three_callbacks() -> None:
+    assert _parameters(pika.SelectConnection.__init__)[:6] == [
+        "self", "parameters", "on_open_callback", "on_open_error_callback", "on_close_callback", "custom_ioloop"]
+    for name in ("add_on_connection_blocked_callback", "add_on_connection_unblocked_callback"):
+        assert _parameters(getattr(pika.SelectConnection, name)) == ["self", "callback"], name
 
 
-def test_the_async_channel_methods_the_publisher_calls() -> None:
+def test_the_ioloop_methods_the_relay_runs_on() -> None:
+    assert _parameters(IOLoop.add_handler) == ["self", "fd", "handler", "events"]
+    assert _parameters(IOLoop.call_later) == ["self", "delay", "callback"]
+    for name in ("remove_handler", "remove_timeout", "add_callback_threadsafe"):
+        assert len(_parameters(getattr(IOLoop, name))) == 2, name
+    for name in ("start", "stop", "close"):
+        assert _parameters(getattr(IOLoop, name)) == ["self"], name
+    assert IOLoop.READ
+
+
+def test_the_channel_methods_the_publisher_calls() -> None:
     assert _parameters(pika.channel.Channel.confirm_delivery)[:3] == ["self", "ack_nack_callback", "callback"]
     assert _parameters(pika.channel.Channel.basic_publish) == [
         "self", "exchange", "routing_key", "body", "properties", "mandatory"]
     assert _parameters(pika.channel.Channel.add_on_return_callback) == ["self", "callback"]
-
-
-def test_the_blocking_connection_methods_the_publisher_calls() -> None:
-    assert _parameters(BlockingConnection.process_data_events) == ["self", "time_limit"]
-    assert _parameters(BlockingConnection.add_callback_threadsafe) == ["self", "callback"]
-    for name in ("add_on_connection_blocked_callback", "add_on_connection_unblocked_callback"):
-        assert _parameters(getattr(BlockingConnection, name)) == ["self", "callback"], name
+    assert _parameters(pika.channel.Channel.add_on_close_callback) == ["self", "callback"]
+    assert "callback" in _parameters(pika.channel.Channel.exchange_declare)
 
 
 @given(message_id=st.text(max_size=64), type=st.text(min_size=1, max_size=64),

@@ -1,6 +1,6 @@
-"""The publisher against the real broker: asynchronous confirms through pika's `_impl` channel (docs/adr/0011)
-deliver every token once, and a message nobody takes is never reported confirmed. A small window is refilled by
-the acks themselves, and never exceeded."""
+"""The publisher against the real broker: asynchronous confirms on pika's SelectConnection (docs/adr/0014), here
+on a thread of its own (PublisherThread, as the polling source runs it), deliver every token once, and a message
+nobody takes is never reported confirmed. A small window is refilled by the acks themselves, and never exceeded."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Hashable
 import pika
 import pytest
 
-from services.cdc_relay.publisher import Outgoing, Publisher
+from services.cdc_relay.publisher import Outgoing, PublisherThread
 from services.core.topology import Topology
 from tests.harness.infra import Infra
 from tests.harness.waiting import eventually
@@ -28,7 +28,7 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(in
             confirmed.extend(tokens)
 
     window = 16
-    publisher = Publisher(infra.amqp_url, topology, on_confirmed, window=window)
+    publisher = PublisherThread(infra.amqp_url, topology, on_confirmed, window=window)
     publisher.start()
     most_unconfirmed = [0]
     watching = threading.Event()
