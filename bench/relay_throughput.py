@@ -28,9 +28,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pika
 import psycopg
+from pika.adapters.select_connection import IOLoop
 from psycopg import sql
 
 from services.cdc_relay.confirms import ConfirmBook
@@ -165,15 +167,16 @@ def sample_message() -> Outgoing:
 
 def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     """A bare pika publisher: persistent, mandatory, async confirms with a window that each ack frame refills at
-    once (as the relay's publisher does), one thread, nothing else."""
+    once, on pika's SelectConnection and its IOLoop (the relay's adapter), one thread, nothing else."""
     queue.purge()
     message = sample_message()
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
-    channel = conn.channel()._impl
+    ioloop = IOLoop()
     book: ConfirmBook[int] = ConfirmBook()
     props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
                                  timestamp=message.timestamp, delivery_mode=2)
     sent, done = 0, 0
+    clock: dict[str, float] = {}
+    channel: Any = None
 
     def fill() -> None:
         nonlocal sent
@@ -186,19 +189,29 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
         nonlocal done
         outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
         done += len(outcome.confirmed)
+        if done < events:
+            fill()
+        else:
+            clock["elapsed"], clock["cpu"] = time.monotonic() - clock["started"], time.process_time() - clock["cpu0"]
+            conn.close()
+
+    def on_selected(_frame: Any) -> None:
+        clock["started"], clock["cpu0"] = time.monotonic(), time.process_time()
         fill()
 
-    selected: list[bool] = []
-    channel.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _f: selected.append(True))
-    while not selected:
-        conn.process_data_events(time_limit=0.1)
-    started, cpu_started = time.monotonic(), time.process_time()
-    fill()
-    while done < events:
-        conn.process_data_events(time_limit=0.01)
-    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
-    conn.close()
-    return Run(events / elapsed, cpu / events)
+    def on_channel(opened: Any) -> None:
+        nonlocal channel
+        channel = opened
+        channel.confirm_delivery(ack_nack_callback=on_confirm, callback=on_selected)
+
+    conn = pika.SelectConnection(pika.URLParameters(AMQP), custom_ioloop=ioloop,
+                                 on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
+                                 on_close_callback=lambda _c, _e: ioloop.stop())
+    ioloop.start()
+    ioloop.close()
+    if "elapsed" not in clock:
+        raise RuntimeError("the ceiling run ended before every message was confirmed")
+    return Run(events / clock["elapsed"], clock["cpu"] / events)
 
 
 def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:
