@@ -141,6 +141,44 @@ def wait_depth(queue: Queue, count: int, timeout: float = 900.0, on_first: Calla
 class Run:
     rate: float  # events/s
     cpu_per_event: float  # CPU seconds of the publishing process per event
+    others: dict[str, float]  # CPU seconds per event of the broker and of Postgres over the same interval
+    busy: float  # cores busy on the machine over the interval
+
+
+GROUPS = {"beam.smp": "broker", "postgres": "postgres"}  # process name (/proc/<pid>/comm) -> group
+
+
+class MachineCpu:
+    """CPU seconds of the broker's and Postgres' processes and of the whole machine, between two snapshots:
+    where the CPU of a run went, besides the publishing process."""
+
+    def __init__(self) -> None:
+        self.groups, self.machine = self._groups(), self._machine()
+
+    @staticmethod
+    def _groups() -> dict[str, float]:
+        ticks = dict.fromkeys(GROUPS.values(), 0.0)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                comm, rest = stat.read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            group = GROUPS.get(comm.split("(", 1)[1])
+            if group:
+                fields = rest.split()
+                ticks[group] += int(fields[11]) + int(fields[12])
+        return {group: t / os.sysconf("SC_CLK_TCK") for group, t in ticks.items()}
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values) - values[3] - values[4], sum(values)
+
+    def since(self, events: int) -> tuple[dict[str, float], float]:
+        """CPU seconds per event of each group since the snapshot, and cores busy on the machine."""
+        now, (busy, total) = self._groups(), self._machine()
+        cores = (busy - self.machine[0]) / max(1, total - self.machine[1]) * (os.cpu_count() or 1)
+        return {group: (now[group] - self.groups[group]) / events for group in now}, cores
 
 
 def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
@@ -153,9 +191,15 @@ def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
     relay = start_relay(env)
     try:
         cpu_at_first: list[float] = []
-        seconds = wait_depth(queue, events, timeout=max(120.0, events / 200),
-                             on_first=lambda: cpu_at_first.append(cpu_seconds(relay.pid)))
-        return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events)
+        machine: list[MachineCpu] = []
+
+        def on_first() -> None:
+            cpu_at_first.append(cpu_seconds(relay.pid))
+            machine.append(MachineCpu())
+
+        seconds = wait_depth(queue, events, timeout=max(120.0, events / 200), on_first=on_first)
+        others, busy = machine[0].since(events)
+        return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events, others, busy)
     finally:
         stop(relay)
 
@@ -177,6 +221,8 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     sent, done = 0, 0
     clock: dict[str, float] = {}
     channel: Any = None
+    machine: list[MachineCpu] = []
+    others: dict[str, Any] = {}
 
     def fill() -> None:
         nonlocal sent
@@ -193,9 +239,11 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
             fill()
         else:
             clock["elapsed"], clock["cpu"] = time.monotonic() - clock["started"], time.process_time() - clock["cpu0"]
+            others.update(zip(("cpu", "busy"), machine[0].since(events), strict=True))
             conn.close()
 
     def on_selected(_frame: Any) -> None:
+        machine.append(MachineCpu())
         clock["started"], clock["cpu0"] = time.monotonic(), time.process_time()
         fill()
 
@@ -211,7 +259,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     ioloop.close()
     if "elapsed" not in clock:
         raise RuntimeError("the ceiling run ended before every message was confirmed")
-    return Run(events / clock["elapsed"], clock["cpu"] / events)
+    return Run(events / clock["elapsed"], clock["cpu"] / events, others["cpu"], others["busy"])
 
 
 def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:
@@ -266,6 +314,24 @@ def load() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def print_cpu_split(relays: list[Run], ceilings: list[Run]) -> None:
+    """Where the CPU of each run went, per event (medians over the runs): on a machine whose cores the broker and
+    Postgres share, the ratio of the rates follows the ratio of these totals."""
+    def split(runs: list[Run], own: str) -> tuple[float, str]:
+        parts = {own: statistics.median(r.cpu_per_event for r in runs) * 1e6}
+        for group in GROUPS.values():
+            parts[group] = statistics.median(r.others[group] for r in runs) * 1e6
+        total = sum(parts.values())
+        return total, " + ".join(f"{name} {us:.1f}" for name, us in parts.items()) + f" = {total:.1f}"
+
+    relay_total, relay_text = split(relays, "relay")
+    ceiling_total, ceiling_text = split(ceilings, "publisher")
+    print(f"CPU us per event, medians: relay run: {relay_text}; ceiling run: {ceiling_text}; "
+          f"ceiling/relay totals {ceiling_total / relay_total:.2f}; machine busy "
+          f"{statistics.median(r.busy for r in relays):.2f} / {statistics.median(c.busy for c in ceilings):.2f} "
+          f"of {os.cpu_count()} cores")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
@@ -297,6 +363,7 @@ def main() -> int:
                   f"{statistics.median(c.cpu_per_event for c in ceilings) * 1e6:.1f} |")
             print(f"ratio relay/ceiling: median of per-pair ratios {statistics.median(ratios):.2f} "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.8)")
+            print_cpu_split(relays, ceilings)
             queue.purge()
             p50, p99, missing = lag_run(url, env, prefix, args.rate, args.lag_seconds)
             print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
