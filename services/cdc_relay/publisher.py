@@ -150,8 +150,11 @@ class Publisher:
             stopped()
             return
         self._ioloop.call_later(CLOSE_TIMEOUT, stopped)
-        if not conn.is_closing:
+        if conn.is_open:
             conn.close()
+        # Else it is closing already (`_on_closed` finishes), or still opening: closing it in the middle of the
+        # handshake trips an assertion in pika's connection workflow, so `_on_open` closes it once it is open and
+        # `_on_open_error` finishes if it never opens.
 
     # --- connection life cycle (callbacks on the loop) ---
     def _connect(self) -> None:
@@ -163,6 +166,9 @@ class Publisher:
                                            on_close_callback=self._on_closed, custom_ioloop=self._ioloop)
 
     def _on_open(self, conn: pika.SelectConnection) -> None:
+        if self._stopping:
+            conn.close()
+            return
         conn.add_on_connection_blocked_callback(self._on_blocked)
         conn.add_on_connection_unblocked_callback(self._on_unblocked)
         conn.channel(on_open_callback=self._on_channel)

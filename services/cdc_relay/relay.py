@@ -164,6 +164,9 @@ class Relay:
         self._ioloop.call_later(backoff.delay(1, 0.5, 10.0), self._open_stream)
 
     def _close_stream(self) -> None:
+        # The session's events not yet published are stale from now on: Postgres sends them again in the next
+        # session, so the publisher drops them (`is_current`) instead of publishing duplicates in between.
+        self._first_seq = (self._epoch + 1) << SESSION_SEQ_BITS
         if self._watching:
             with contextlib.suppress(Exception):
                 self._ioloop.remove_handler(self._fd)
