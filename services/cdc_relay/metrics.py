@@ -22,7 +22,7 @@ UNROUTABLE = Counter("walfeed_relay_events_unroutable_total", "Publishes returne
 class BatchHistogram(Collector):
     """A Prometheus histogram observed a batch at a time: one lock per batch of confirmations instead of two
     lock round trips and a bucket scan per event (prometheus_client's Histogram.observe), which was a visible
-    part of the publisher thread's CPU. Exposes the same _bucket, _count and _sum series."""
+    part of the publisher's CPU. Exposes the same _bucket, _count and _sum series."""
 
     def __init__(self, name: str, documentation: str, buckets: Iterable[float]) -> None:
         self._name, self._doc = name, documentation

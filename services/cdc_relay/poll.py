@@ -1,10 +1,11 @@
 """`walfeed relay --source poll`: the polling outbox relay, for databases where logical replication is not allowed.
 
 Claims batches of unpublished outbox rows (FOR UPDATE SKIP LOCKED plus a lease, poll_sql.py), publishes them
-through the CDC relay's publisher thread (publisher.py: asynchronous confirms, returns and nacks retried) and
-marks them `published_at` only after the broker confirmed them. Several pollers may run at once; a dead
-poller's rows are claimed again when its lease runs out. Decisions live in poll_policy.py (settings table
-there); this module is the loop and the Postgres adapter (psycopg 3, autocommit). docs/adr/0040.
+through the CDC relay's publisher on a thread of its own (publisher.PublisherThread: asynchronous confirms,
+returns and nacks retried) and marks them `published_at` only after the broker confirmed them. Several pollers
+may run at once; a dead poller's rows are claimed again when its lease runs out. Decisions live in
+poll_policy.py (settings table there); this module is the loop and the Postgres adapter (psycopg 3,
+autocommit). docs/adr/0040.
 """
 
 from __future__ import annotations
