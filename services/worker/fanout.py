@@ -28,11 +28,11 @@ FANOUT_CHUNK_SIZE: Final = 1000
 Conn = psycopg.Connection[Any]
 
 
-class PostMissing(Exception):
+class PostMissing(policy.Expected):
     """post.created names a post that does not exist: the data is inconsistent; retried, then dead-lettered."""
 
 
-class NotVisibleYet(Exception):
+class NotVisibleYet(policy.Expected):
     """The event's transaction is not visible to this worker yet (see sql.EVENT_VISIBLE): retried shortly."""
 
 
@@ -66,6 +66,8 @@ class Effects:
             row = conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone()
             if row is None:
                 _require_visible(conn, event)
+                row = conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone()
+            if row is None:
                 raise PostMissing(f"post {post_id} does not exist")
             if row["author_id"] != author_id:
                 raise PostMissing(f"post {post_id} has author {row['author_id']}, the event says {author_id}")
@@ -117,8 +119,11 @@ class Effects:
             conn.execute(q.LOCK_AUTHOR, {"author_id": args["followee_id"]})
             if _processed(conn, event.id):
                 return "duplicate"
-            if conn.execute(q.FOLLOW_EXISTS, args).fetchone() is None:
+            exists = conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None
+            if not exists:
                 _require_visible(conn, event)  # else the follow may simply not be visible yet
+                exists = conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None
+            if not exists:
                 _mark(conn, event.id)
                 return "gone"
             _mark(conn, event.id)
@@ -136,6 +141,7 @@ class Effects:
             removed = conn.execute(q.UNFOLLOW, event.payload).rowcount
             if not removed:
                 _require_visible(conn, event)  # else the unfollow may simply not be visible yet
+                removed = conn.execute(q.UNFOLLOW, event.payload).rowcount
         return "removed" if removed else "kept"
 
     def _trim_chunk(self, conn: Conn, author_id: int, after: int, last: int) -> None:
@@ -157,6 +163,11 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
 
 
 def _require_visible(conn: Conn, event: ev.Event) -> None:
+    """NotVisibleYet unless the event's transaction is visible (its own outbox row is, docs/adr/0022).
+
+    Under READ COMMITTED every statement takes a new snapshot: a read made before this check may predate the
+    transaction becoming visible, so the caller reads the state again after it; a later snapshot sees it.
+    """
     if conn.execute(q.EVENT_VISIBLE, {"event_id": event.id}).fetchone() is None:
         raise NotVisibleYet(f"{event.type} {event.id}: its transaction is not visible yet")
 

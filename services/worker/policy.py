@@ -51,6 +51,11 @@ class Interrupted(Exception):  # a signal, not an error
     """Raised by a long handler between chunks when the process is stopping."""
 
 
+class Expected(Exception):
+    """A failure the handler foresaw (a state it cannot act on yet): retried like any other, logged in one line
+    without a traceback, which is kept for the failures nobody foresaw."""
+
+
 Outcome = Ack | Retry | Dead | Requeue
 ACK: Final = Ack()
 REQUEUE: Final = Requeue()

@@ -49,8 +49,10 @@ class Processor:
             log.info("handler interrupted, returning the message", extra=context)
             return Result(policy.REQUEUE, parsed.type, str(parsed.id), "interrupted", time.monotonic() - started)
         except Exception as exc:  # any handler bug becomes a retry, never a dead consumer
-            outcome = self._retry.after_failure(attempt, policy.reason_text(exc))
-            log.warning("handler failed", exc_info=True, extra={**context, "outcome": type(outcome).__name__})
+            reason = policy.reason_text(exc)
+            outcome = self._retry.after_failure(attempt, reason)
+            log.warning("handler failed", exc_info=not isinstance(exc, policy.Expected),
+                        extra={**context, "outcome": type(outcome).__name__, "error": reason})
             return Result(outcome, parsed.type, str(parsed.id), "failed", time.monotonic() - started)
         for hook in self._best_effort:
             try:
