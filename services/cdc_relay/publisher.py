@@ -159,8 +159,7 @@ class Publisher:
     # --- connection life cycle (callbacks on the loop) ---
     def _connect(self) -> None:
         self._reconnect_timer = None
-        params = amqp.parameters(self._url, name="walfeed-relay")
-        params.blocked_connection_timeout = self._blocked_timeout
+        params = amqp.parameters(self._url, name="walfeed-relay", blocked_connection_timeout=self._blocked_timeout)
         self._conn = pika.SelectConnection(params, on_open_callback=self._on_open,
                                            on_open_error_callback=self._on_open_error,
                                            on_close_callback=self._on_closed, custom_ioloop=self._ioloop)
@@ -176,7 +175,7 @@ class Publisher:
     def _on_channel(self, channel: Any) -> None:
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
-        channel.exchange_declare(self._exchange, exchange_type="topic", durable=True,
+        channel.exchange_declare(self._exchange, **amqp.EVENTS_EXCHANGE,
                                  callback=lambda _frame: channel.confirm_delivery(
                                      ack_nack_callback=self._on_ack_nack,
                                      callback=lambda _frame: self._on_confirm_mode(channel)))

@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api", help="serve the HTTP API")
     api.add_argument("--host", default=os.environ.get("WALFEED_API_HOST", "127.0.0.1"))
     api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
-    api.add_argument("--workers", type=int, help="server processes; overrides WALFEED_API_WORKERS")
+    api.add_argument("--workers", type=int, dest="api_workers", help="server processes; overrides WALFEED_API_WORKERS")
 
     relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
@@ -57,6 +57,7 @@ _OVERRIDES = {
     "amqp_prefix": "WALFEED_AMQP_PREFIX",
     "slot": "WALFEED_SLOT",
     "celebrity_threshold": "WALFEED_CELEBRITY_THRESHOLD",
+    "api_workers": "WALFEED_API_WORKERS",  # `api --workers` (`up --workers` counts worker processes)
 }
 
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Flags override the environment; child processes (walfeed up) inherit the result.
     for attr, var in _OVERRIDES.items():
-        value = getattr(args, attr)
+        value = getattr(args, attr, None)  # None also for a flag the chosen command does not have
         if value is not None:
             os.environ[var] = str(value)
     logs.configure(args.command, args.log_level.upper())
@@ -81,9 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "api":
         from services.api import main as api_main
-
-        if args.workers is not None:
-            os.environ["WALFEED_API_WORKERS"] = str(args.workers)
 
         return api_main.run(settings, host=args.host, port=args.port)
     if args.command == "relay":

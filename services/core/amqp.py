@@ -1,10 +1,11 @@
-"""Broker connection helpers shared by the relay and the worker (pika, blocking adapter)."""
+"""Broker connection helpers shared by the relay (asynchronous adapter) and the worker (blocking adapter), pika."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, Final
 
 import pika
 import pika.exceptions
@@ -15,10 +16,13 @@ from services.core.topology import Topology
 log = logging.getLogger(__name__)
 
 
-def parameters(url: str, *, heartbeat: int = 30, name: str = "walfeed") -> pika.URLParameters:
+def parameters(url: str, *, heartbeat: int = 30, name: str = "walfeed",
+               blocked_connection_timeout: float | None = None) -> pika.URLParameters:
+    """`blocked_connection_timeout`: close the connection when the broker has blocked it (resource alarm) for that
+    long, instead of waiting forever; None: the caller handles blocking itself."""
     params = pika.URLParameters(url)
     params.heartbeat = heartbeat
-    params.blocked_connection_timeout = None  # callers handle blocking explicitly
+    params.blocked_connection_timeout = blocked_connection_timeout
     params.client_properties = {"connection_name": name}
     params.connection_attempts = 1
     params.socket_timeout = 10
@@ -44,8 +48,8 @@ def connect_with_retry(
     while not should_stop():
         attempt += 1
         try:
-            params = parameters(url, heartbeat=heartbeat, name=name)
-            params.blocked_connection_timeout = blocked_connection_timeout
+            params = parameters(url, heartbeat=heartbeat, name=name,
+                                blocked_connection_timeout=blocked_connection_timeout)
             return pika.BlockingConnection(params)
         except pika.exceptions.AMQPError as exc:
             wait = backoff.delay(attempt, base, cap)
@@ -61,5 +65,10 @@ def _sleep_unless(seconds: float, should_stop: Callable[[], bool]) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
+# How the events exchange is declared (SPEC.md section 5), by the worker's blocking channel and the relay's
+# asynchronous one alike: a declaration that differs from the existing exchange is refused by the broker.
+EVENTS_EXCHANGE: Final[dict[str, Any]] = {"exchange_type": "topic", "durable": True}
+
+
 def declare_events_exchange(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
-    channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
+    channel.exchange_declare(topology.events_exchange, **EVENTS_EXCHANGE)
