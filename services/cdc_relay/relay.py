@@ -55,8 +55,11 @@ class Relay:
         self._fd = -1
         self._watching = False  # the replication socket is in the loop
         self._read_soon = False  # a read is scheduled (messages may be buffered in libpq: no socket event)
-        self._epoch = 0  # one per replication session; confirmations of older sessions are ignored
-        self._first_seq = 0  # the session's sequence numbers (the tokens) start here
+        # Tokens are the tracker's sequence numbers, unique across replication sessions: session n numbers its events
+        # from n << SESSION_SEQ_BITS. Tokens below `_first_seq` are of a session that ended: Postgres sends their
+        # events again, so the publisher drops them unpublished and their confirmations are not counted.
+        self._epoch = 0  # replication sessions ended so far
+        self._first_seq = 0
         self._attempt = 0  # failed attempts to open the stream in a row
         self._sent = 0  # the position last confirmed to Postgres
         self._last_feedback = 0.0
@@ -103,10 +106,6 @@ class Relay:
             self._ioloop.call_later(wait, self._open_stream)
             return
         self._attempt = 0
-        self._epoch += 1
-        # Tokens are the tracker's sequence numbers, made unique across sessions: those below the current
-        # session's first one belong to a session that ended (its events are sent again by Postgres).
-        self._first_seq = self._epoch << SESSION_SEQ_BITS
         self._tracker = PositionTracker(stream.start_lsn, self._first_seq)
         self._stream, self._fd = stream, stream.fileno()
         self._sent, self._last_feedback = stream.start_lsn, time.monotonic()
@@ -164,16 +163,18 @@ class Relay:
         self._ioloop.call_later(backoff.delay(1, 0.5, 10.0), self._open_stream)
 
     def _close_stream(self) -> None:
-        # The session's events not yet published are stale from now on: Postgres sends them again in the next
-        # session, so the publisher drops them (`is_current`) instead of publishing duplicates in between.
-        self._first_seq = (self._epoch + 1) << SESSION_SEQ_BITS
+        stream = self._stream
+        if stream is None:
+            return
+        # The session ends: its events not yet published are stale from now on (no duplicates in between).
+        self._epoch += 1
+        self._first_seq = self._epoch << SESSION_SEQ_BITS
         if self._watching:
             with contextlib.suppress(Exception):
                 self._ioloop.remove_handler(self._fd)
             self._watching = False
-        stream, self._stream, self._tracker = self._stream, None, None
-        if stream is not None:
-            stream.close()
+        self._stream = self._tracker = None
+        stream.close()
 
     # --- confirmations and positions ---
     def _on_confirmed(self, tokens: list[Hashable]) -> None:  # from the publisher's ack callback
@@ -193,8 +194,9 @@ class Relay:
             self._schedule_read()
 
     def _tick(self) -> None:
-        """Every TICK: the idle position, the gauge, and a status update when the position advanced or when
-        WALFEED_RELAY_STATUS_INTERVAL passed without one."""
+        """Every TICK: the idle position, and a status update when the position advanced or when
+        WALFEED_RELAY_STATUS_INTERVAL passed without one. (The in-flight gauge moves where in-flight does: at
+        each read and each confirmation.)"""
         if self._stopped:
             return
         self._ioloop.call_later(TICK, self._tick)
@@ -204,7 +206,6 @@ class Relay:
         try:
             if tracker.idle:
                 tracker.server_idle_at(stream.wal_end)
-            metrics.IN_FLIGHT.set(tracker.in_flight)
             now = time.monotonic()
             if tracker.confirmable > self._sent or now - self._last_feedback >= self._cfg.status_interval:
                 self._feedback(stream, tracker, now)
