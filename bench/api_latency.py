@@ -7,7 +7,7 @@ the real `walfeed api` process on a free port, and measures in one run:
 
 1. POST /v1/posts p50/p99 for an author with 10 followers and one with 100,000 (interleaved requests), in
    --rounds rounds of --requests each: the ratio of the p99s, per round, and its median (must be <= 1.2). One
-   p99 of a few hundred requests is its third-largest sample: one scheduler hiccup on a shared machine moves it
+   p99 of the default 400 requests is its fifth-largest sample: one scheduler hiccup on a shared machine moves it
    by tens of percent, hence the median over rounds (the pooled p99s are printed too).
 2. Posts per second with concurrent clients through the API vs pgbench running the same transaction
    (INSERT post + INSERT outbox) with the same number of connections; target ratio >= 0.5.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import resource
@@ -40,6 +41,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.lib import proc  # noqa: E402
 from services.api import sql  # noqa: E402
 from services.core.migrate import apply_schema  # noqa: E402
 
@@ -219,38 +221,32 @@ class CpuMeter:
     def __init__(self, api_pid: int) -> None:
         self.api_pid = api_pid
 
-    def _api_ticks(self) -> int:
-        total, pending = 0, [self.api_pid]
+    def _api_seconds(self) -> float:
+        """CPU seconds of the api process and its descendants (its worker processes)."""
+        total, pending = 0.0, [self.api_pid]
         while pending:
             pid = pending.pop()
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+            seconds = proc.cpu_seconds(pid)
+            if seconds is None:
+                continue
+            total += seconds
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it exited meanwhile
                 pending += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-            except (FileNotFoundError, ProcessLookupError):
-                pass
         return total
-
-    @staticmethod
-    def _machine() -> tuple[int, int]:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(values) - values[3] - values[4], sum(values)  # busy (not idle, not iowait), all
 
     def __enter__(self) -> CpuMeter:
         self.started = time.perf_counter()
         self.own, self.children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.api, self.machine = self._api_ticks(), self._machine()
+        self.api, self.machine = self._api_seconds(), proc.machine_ticks()
         return self
 
     def __exit__(self, *_: object) -> None:
         wall = time.perf_counter() - self.started
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        tick = os.sysconf("SC_CLK_TCK")
-        busy, total = self._machine()
         self.loadgen = (own.ru_utime + own.ru_stime - self.own.ru_utime - self.own.ru_stime) / wall
         self.pgbench = (children.ru_utime + children.ru_stime - self.children.ru_utime - self.children.ru_stime) / wall
-        self.api_share = (self._api_ticks() - self.api) / tick / wall
-        self.busy = (busy - self.machine[0]) / max(1, total - self.machine[1]) * (os.cpu_count() or 1)
+        self.api_share = (self._api_seconds() - self.api) / wall
+        self.busy = proc.cores_busy(self.machine, proc.machine_ticks())
 
 
 def throughput(port: int, api_pid: int, url: str, auths: list[dict[str, str]], args: argparse.Namespace) -> None:

@@ -5,8 +5,9 @@
    same window, same body size, same broker, in the same run. The runs are interleaved in --pairs pairs (relay,
    ceiling, relay, ceiling...) so that a change of load on the shared machine hits both alike; the result is the
    median of the per-pair ratios relay / ceiling (and the medians of each side). CPU seconds per event of the
-   relay process (both threads, from its first message to its last) and of the ceiling are printed too: on a
-   2-core machine shared with the broker they decide most of the ratio.
+   relay process (one thread, docs/adr/0014; from its first message to its last) and of the ceiling are printed
+   too, with the broker's and Postgres' over the same interval: on a 2-core machine shared with the broker they
+   decide most of the ratio.
 2. Lag: at a steady --rate events/s (default 1,000), commit -> consumer receipt (an upper bound of commit ->
    broker confirm), p50 and p99.
 
@@ -35,13 +36,16 @@ import psycopg
 from pika.adapters.select_connection import IOLoop
 from psycopg import sql
 
-from services.cdc_relay.confirms import ConfirmBook
-from services.cdc_relay.publisher import Outgoing
-from services.cdc_relay.relay import outgoing
-from services.core.events import Event
-from services.core.migrate import migrate
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lib import proc  # noqa: E402
+from services.cdc_relay.confirms import ConfirmBook  # noqa: E402
+from services.cdc_relay.publisher import Outgoing  # noqa: E402
+from services.cdc_relay.relay import outgoing  # noqa: E402
+from services.core.events import Event  # noqa: E402
+from services.core.migrate import migrate  # noqa: E402
+
 PG_ADMIN = os.environ.get("WALFEED_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 AMQP = os.environ.get("WALFEED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 INSERT = """
@@ -104,20 +108,21 @@ def start_relay(env: dict[str, str]) -> subprocess.Popen[bytes]:
                             stdin=subprocess.DEVNULL)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+def stop(child: subprocess.Popen[bytes]) -> None:
+    child.terminate()
     try:
-        proc.wait(30)
+        child.wait(30)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        child.kill()
+        child.wait()
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a child process (all its threads)."""
+    seconds = proc.cpu_seconds(pid)
+    if seconds is None:
+        raise RuntimeError(f"process {pid} is gone")
+    return seconds
 
 
 def wait_depth(queue: Queue, count: int, timeout: float = 900.0, on_first: Callable[[], None] = lambda: None) -> float:
@@ -149,36 +154,21 @@ GROUPS = {"beam.smp": "broker", "postgres": "postgres"}  # process name (/proc/<
 
 
 class MachineCpu:
-    """CPU seconds of the broker's and Postgres' processes and of the whole machine, between two snapshots:
-    where the CPU of a run went, besides the publishing process."""
+    """Where the CPU of a run went besides the publishing process, between this snapshot and `since()`: the CPU
+    of every broker process (the Erlang VM), of every Postgres process on the server, and busy cores of the whole
+    machine. "postgres" is every process of the server, not logical decoding alone: the relay's walsender decoding
+    the WAL plus the checkpointer, WAL writer, autovacuum workers and any other backend busy on the shared server
+    at the time. Counted pid by pid (bench/lib/proc.py `spent`): a process started in between counts from zero,
+    one that exited is dropped."""
 
     def __init__(self) -> None:
-        self.groups, self.machine = self._groups(), self._machine()
-
-    @staticmethod
-    def _groups() -> dict[str, float]:
-        ticks = dict.fromkeys(GROUPS.values(), 0.0)
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                comm, rest = stat.read_text().rsplit(")", 1)
-            except OSError:
-                continue
-            group = GROUPS.get(comm.split("(", 1)[1])
-            if group:
-                fields = rest.split()
-                ticks[group] += int(fields[11]) + int(fields[12])
-        return {group: t / os.sysconf("SC_CLK_TCK") for group, t in ticks.items()}
-
-    @staticmethod
-    def _machine() -> tuple[int, int]:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(values) - values[3] - values[4], sum(values)
+        self.processes, self.machine = proc.by_name(GROUPS), proc.machine_ticks()
 
     def since(self, events: int) -> tuple[dict[str, float], float]:
         """CPU seconds per event of each group since the snapshot, and cores busy on the machine."""
-        now, (busy, total) = self._groups(), self._machine()
-        cores = (busy - self.machine[0]) / max(1, total - self.machine[1]) * (os.cpu_count() or 1)
-        return {group: (now[group] - self.groups[group]) / events for group in now}, cores
+        spent = proc.spent(self.processes, proc.by_name(GROUPS))
+        cores = proc.cores_busy(self.machine, proc.machine_ticks())
+        return {group: spent.get(name, 0.0) / events for name, group in GROUPS.items()}, cores
 
 
 def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
@@ -218,11 +208,12 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     book: ConfirmBook[int] = ConfirmBook()
     props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
                                  timestamp=message.timestamp, delivery_mode=2)
-    sent, done = 0, 0
-    clock: dict[str, float] = {}
+    sent = done = 0
+    started = cpu0 = 0.0
     channel: Any = None
-    machine: list[MachineCpu] = []
-    others: dict[str, Any] = {}
+    machine: MachineCpu | None = None
+    result: Run | None = None
+    closed_by: Exception | None = None  # why the channel closed, when it did before the end
 
     def fill() -> None:
         nonlocal sent
@@ -232,24 +223,35 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
             sent += 1
 
     def on_confirm(frame: pika.frame.Method) -> None:
-        nonlocal done
+        nonlocal done, result
         outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
         done += len(outcome.confirmed)
         if done < events:
             fill()
-        else:
-            clock["elapsed"], clock["cpu"] = time.monotonic() - clock["started"], time.process_time() - clock["cpu0"]
-            others.update(zip(("cpu", "busy"), machine[0].since(events), strict=True))
-            conn.close()
+            return
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu0
+        assert machine is not None
+        others, busy = machine.since(events)
+        result = Run(events / elapsed, cpu / events, others, busy)
+        conn.close()
 
     def on_selected(_frame: Any) -> None:
-        machine.append(MachineCpu())
-        clock["started"], clock["cpu0"] = time.monotonic(), time.process_time()
+        nonlocal machine, started, cpu0
+        machine = MachineCpu()
+        started, cpu0 = time.monotonic(), time.process_time()
         fill()
+
+    def on_channel_closed(_channel: Any, reason: Exception) -> None:
+        nonlocal closed_by
+        if result is None:  # the broker closed it (or refused something): end the run instead of waiting forever
+            closed_by = reason
+        if not (conn.is_closing or conn.is_closed):
+            conn.close()
 
     def on_channel(opened: Any) -> None:
         nonlocal channel
         channel = opened
+        channel.add_on_close_callback(on_channel_closed)
         channel.confirm_delivery(ack_nack_callback=on_confirm, callback=on_selected)
 
     conn = pika.SelectConnection(pika.URLParameters(AMQP), custom_ioloop=ioloop,
@@ -257,9 +259,10 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
                                  on_close_callback=lambda _c, _e: ioloop.stop())
     ioloop.start()
     ioloop.close()
-    if "elapsed" not in clock:
-        raise RuntimeError("the ceiling run ended before every message was confirmed")
-    return Run(events / clock["elapsed"], clock["cpu"] / events, others["cpu"], others["busy"])
+    if result is None:
+        raise RuntimeError(f"the ceiling run ended before every message was confirmed ({done} of {events}; "
+                           f"channel closed: {closed_by!r})")
+    return result
 
 
 def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:

@@ -9,12 +9,14 @@ connected to it plus its walsender, grouped by application_name ("walfeed-relay"
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+
+from bench.lib.proc import cpu_seconds as cpu_seconds  # also this module's, for bench/run_all.py
+from bench.lib.proc import spent
 
 COUNTERS = ("xact_commit", "xact_rollback", "tup_returned", "tup_fetched", "tup_inserted", "tup_updated",
             "tup_deleted", "blks_hit", "blks_read")
@@ -23,7 +25,6 @@ BACKENDS = """
 SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity
 WHERE datname = %s AND pid <> pg_backend_pid()
 """
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -31,16 +32,6 @@ class Snapshot:
     at: float
     counters: dict[str, int]
     cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (application, CPU seconds)
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process from /proc, None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def take(conn: psycopg.Connection[Any], dbname: str) -> Snapshot:
@@ -60,18 +51,14 @@ def delta(before: Snapshot, after: Snapshot, source_apps: tuple[str, ...]) -> di
     """Per-second rates over the phase: counters, CPU of all bench backends, CPU of the source's backends.
 
     A backend that appeared during the phase counts from zero; one that ended is not seen at the end (its CPU is
-    lost: the bench keeps its connections for the whole phase, so this only concerns short-lived ones).
+    lost: the bench keeps its connections for the whole phase, so this only concerns short-lived ones); see
+    bench/lib/proc.py `spent`.
     """
     seconds = max(after.at - before.at, 1e-9)
     out: dict[str, float] = {"seconds": seconds}
     for key in COUNTERS:
         out[f"{key}_per_s"] = (after.counters.get(key, 0) - before.counters.get(key, 0)) / seconds
-    total = source = 0.0
-    for pid, (app, now) in after.cpu.items():
-        spent = now - (before.cpu[pid][1] if pid in before.cpu else 0.0)
-        total += spent
-        if app in source_apps:
-            source += spent
-    out["backend_cpu_s_per_s"] = total / seconds
-    out["source_backend_cpu_s_per_s"] = source / seconds
+    by_app = spent(before.cpu, after.cpu)
+    out["backend_cpu_s_per_s"] = sum(by_app.values()) / seconds
+    out["source_backend_cpu_s_per_s"] = sum(cpu for app, cpu in by_app.items() if app in source_apps) / seconds
     return out

@@ -74,12 +74,12 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
 
 
 def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
-           started: float, halt: threading.Event) -> None:
+           started: float, stop: threading.Event) -> None:
     """Posts index, index + writers, ... each at its due time (never early; late ones go at once)."""
     rng = random.Random(index)
     with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
         for n in range(index, total, writers):
-            if halt.is_set():
+            if stop.is_set():
                 return
             wait = started + send_time(n, rate) - time.monotonic()
             if wait > 0:
@@ -159,43 +159,34 @@ class Run:
 
 def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
         rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005) -> Run:
-    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement."""
-    book, stop, ready, halt = Book(), threading.Event(), threading.Event(), threading.Event()
+    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. However it ends
+    (Ctrl-C too), every thread is stopped and joined before this returns: the databases are dropped after it."""
+    book, stop, ready = Book(), threading.Event(), threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(target: Callable[..., None], *args: object) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        threads.append(thread)
+        thread.start()
+        return thread
+
     try:
-        return _run(url, amqp, authors, expected, probe_user, rate, seconds, drain, writers, watch_period,
-                    book, (stop, ready, halt))
-    except BaseException:  # Ctrl-C: stop the threads before the databases are dropped under them
-        halt.set()
+        start(listener, *amqp, book, ready, stop)
+        ready.wait(10)
+        total = max(1, due(seconds, rate, 10**9) - 1)
+        start(watcher, url, book, expected, probe_user, watch_period, stop)
+        started = time.monotonic() + 0.2
+        writing = [start(writer, url, book, authors, rate, total, i, writers, started, stop) for i in range(writers)]
+        for thread in writing:
+            thread.join()
+        wrote = time.monotonic() - started
+        deadline = time.monotonic() + drain
+        while book.pending(1) and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting for the pipeline to drain, bounded
+    finally:
         stop.set()
-        time.sleep(0.3)  # the threads see the events (they sleep at most a pacing step)
-        raise
-
-
-def _run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
-         rate: float, seconds: float, drain: float, writers: int, watch_period: float, book: Book,
-         events_: tuple[threading.Event, threading.Event, threading.Event]) -> Run:
-    stop, ready, halt = events_
-    listen = threading.Thread(target=listener, args=(*amqp, book, ready, stop), daemon=True)
-    listen.start()
-    ready.wait(10)
-    total = max(1, due(seconds, rate, 10**9) - 1)
-    watch = threading.Thread(target=watcher, args=(url, book, expected, probe_user, watch_period, stop),
-                             daemon=True)
-    watch.start()
-    started = time.monotonic() + 0.2
-    threads = [threading.Thread(target=writer, args=(url, book, authors, rate, total, i, writers, started, halt),
-                                daemon=True) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wrote = time.monotonic() - started
-    deadline = time.monotonic() + drain
-    while book.pending(1) and time.monotonic() < deadline:
-        time.sleep(0.05)  # waiting for the pipeline to drain, bounded
-    stop.set()
-    watch.join(10)
-    listen.join(10)
+        for thread in threads:
+            thread.join(10)  # a writer or the watcher sees `stop` within a pacing step or a query
     with book.lock:
         lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
         unfinished = len(book.committed) - len(lat)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 
-from bench.lib import dbload, parse, report
+from bench.lib import dbload, parse, proc, report
 
 RELAY_OUT = """machine: nproc=2 (shared with other work), load average 3.90 3.60 2.42 before; events=10000 window=1000
 | pair | relay ev/s | ceiling ev/s | ratio | relay CPU us/ev | ceiling CPU us/ev |
@@ -109,6 +110,14 @@ def test_load_delta_counts_new_backends_from_zero_and_groups_the_source() -> Non
     assert d["tup_returned_per_s"] == 5.0
     assert d["source_backend_cpu_s_per_s"] == 0.05
     assert abs(d["backend_cpu_s_per_s"] - 0.2) < 1e-9
+
+
+def test_process_cpu_is_counted_pid_by_pid_so_exits_and_starts_never_go_negative() -> None:
+    before = {1: ("postgres", 10.0), 2: ("postgres", 50.0), 3: ("beam.smp", 7.0), 4: ("postgres", 9.0)}
+    # 2 exited (dropped, not -50), 5 started (from zero), 4 is a reused pid (less CPU: from zero)
+    after = {1: ("postgres", 10.5), 3: ("beam.smp", 8.0), 4: ("postgres", 0.25), 5: ("postgres", 0.25)}
+    assert proc.spent(before, after) == {"postgres": 1.0, "beam.smp": 1.0}
+    assert proc.cores_busy((100, 1000), (150, 1100)) == 0.5 * (os.cpu_count() or 1)
 
 
 def test_run_notes_name_unreached_rates_and_invisible_posts() -> None:
