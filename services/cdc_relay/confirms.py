@@ -26,6 +26,7 @@ class ConfirmBook(Generic[T]):
     def __init__(self) -> None:
         self._next_tag = 1
         self._unconfirmed: dict[int, tuple[str, T]] = {}  # tag -> (message id, item), in tag order
+        self._low = 1  # every tag below it is settled: where a `multiple` ack starts looking
         self._returned: Counter[str] = Counter()  # message ids returned, waiting for their ack
 
     def __len__(self) -> int:
@@ -68,17 +69,16 @@ class ConfirmBook(Generic[T]):
         items = [item for _, item in self._unconfirmed.values()]
         self._unconfirmed.clear()
         self._returned.clear()
-        self._next_tag = 1
+        self._next_tag = self._low = 1
         return items
 
     def _settle(self, tag: int, multiple: bool) -> list[tuple[str, T]]:
         if not multiple:
             entry = self._unconfirmed.pop(tag, None)
             return [] if entry is None else [entry]
-        settled = []
-        while self._unconfirmed:
-            first = next(iter(self._unconfirmed))
-            if first > tag:
-                break
-            settled.append(self._unconfirmed.pop(first))
+        # Tags from the low mark up to `tag`, each looked at once over the book's life (a loop over the dict's head
+        # would rescan the slots its own pops left behind: quadratic in the window).
+        pop = self._unconfirmed.pop
+        settled = [entry for t in range(self._low, tag + 1) if (entry := pop(t, None)) is not None]
+        self._low = max(self._low, tag + 1)
         return settled

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from services.cdc_relay.confirms import ConfirmBook
 
 
@@ -30,3 +33,28 @@ def test_nacks_fail_and_reset_hands_everything_back() -> None:
     assert book.nacked(1, multiple=False).failed == ["a"]
     assert book.reset() == ["b", "c"]
     assert book.sent("x", "x") == 1  # a new channel numbers from 1
+
+
+@given(st.lists(st.tuples(st.sampled_from(["send", "ack", "ack*", "nack", "nack*", "reset"]),
+                          st.integers(min_value=0, max_value=40)), max_size=120))
+def test_settles_exactly_what_a_plain_model_settles(steps: list[tuple[str, int]]) -> None:
+    """Any interleaving of publishes, single and `multiple` acks and nacks (in any tag order) and channel resets:
+    each item comes out once, in tag order, as the obvious model of the broker's numbering says."""
+    book: ConfirmBook[int] = ConfirmBook()
+    model: dict[int, int] = {}  # tag -> item, unconfirmed
+    next_tag, item = 1, 0
+    for action, n in steps:
+        if action == "send":
+            assert book.sent(f"m{item}", item) == next_tag
+            model[next_tag] = item
+            next_tag, item = next_tag + 1, item + 1
+        elif action == "reset":
+            assert book.reset() == [model[t] for t in sorted(model)]
+            model, next_tag = {}, 1
+        else:
+            tag = n % next_tag if next_tag > 1 else 0
+            tags = sorted(t for t in model if t <= tag) if action.endswith("*") else [tag] * (tag in model)
+            expected = [model.pop(t) for t in tags]
+            outcome = (book.acked if action.startswith("ack") else book.nacked)(tag, action.endswith("*"))
+            assert (outcome.confirmed if action.startswith("ack") else outcome.failed) == expected
+        assert len(book) == len(model)
