@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.cdc_relay.confirms import ConfirmBook
@@ -37,6 +37,8 @@ def test_nacks_fail_and_reset_hands_everything_back() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from(["send", "ack", "ack*", "nack", "nack*", "reset"]),
                           st.integers(min_value=0, max_value=40)), max_size=120))
+@example([("send", 0), ("send", 0), ("ack*", 1), ("reset", 0), ("send", 0), ("ack*", 1)])  # numbering restarts
+@settings(max_examples=300)
 def test_settles_exactly_what_a_plain_model_settles(steps: list[tuple[str, int]]) -> None:
     """Any interleaving of publishes, single and `multiple` acks and nacks (in any tag order) and channel resets:
     each item comes out once, in tag order, as the obvious model of the broker's numbering says."""
