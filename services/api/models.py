@@ -67,11 +67,16 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
+def _post_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A posts row as the fields of Post: the one place both representations below come from."""
+    return {"id": row["id"], "author_id": row["author_id"], "body": row["body"],
+            "created_at": rfc3339(row["created_at"])}
+
+
 def post_json(row: dict[str, Any]) -> bytes:
     """The Post representation of a row as JSON, without building and re-validating a model (the hot path)."""
-    return orjson.dumps({"id": row["id"], "author_id": row["author_id"], "body": row["body"],
-                         "created_at": rfc3339(row["created_at"])})
+    return orjson.dumps(_post_fields(row))
 
 
 def post_from_row(row: dict[str, Any]) -> Post:
-    return Post(id=row["id"], author_id=row["author_id"], body=row["body"], created_at=rfc3339(row["created_at"]))
+    return Post(**_post_fields(row))

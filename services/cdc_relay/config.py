@@ -2,7 +2,7 @@
 
 | variable | default | meaning |
 |---|---|---|
-| `WALFEED_RELAY_WINDOW` | 1000 | events published, not yet confirmed by the broker, at most (one more is read ahead) |
+| `WALFEED_RELAY_WINDOW` | 1000 | events unconfirmed by the broker, at most (the cdc source reads a window more ahead) |
 | `WALFEED_RELAY_STATUS_INTERVAL` | 10 | seconds between status updates to Postgres (wal_sender_timeout is 60 s) |
 | `WALFEED_RELAY_METRICS_PORT` | 9101 | Prometheus metrics port; 0 turns the endpoint off |
 | `WALFEED_RELAY_STANDBY_INTERVAL` | 2 | seconds between a standby relay's attempts to take the slot |

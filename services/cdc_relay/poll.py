@@ -91,8 +91,7 @@ class Poller:
         self._next_poll = 0.0
         self._last_mark = 0.0
         self._publisher = PublisherThread(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
-                                    window=relay.window,
-                                    blocked_timeout=relay.blocked_timeout)
+                                          window=relay.window, blocked_timeout=relay.blocked_timeout)
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -41,12 +41,8 @@ class PositionTracker:
 
     @property
     def in_flight(self) -> int:
-        """Events published and not confirmed yet."""
+        """Events handed on (published, or queued to be) and not confirmed yet."""
         return len(self._by_seq)
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._open is not None
 
     @property
     def idle(self) -> bool:
@@ -59,13 +55,7 @@ class PositionTracker:
 
     def published(self) -> int:
         """An event of the open transaction was handed to the publisher. Returns its sequence number."""
-        if self._open is None:
-            raise PositionError("event outside a transaction")
-        seq = self._next_seq
-        self._next_seq += 1
-        self._open.outstanding += 1
-        self._by_seq[seq] = self._open
-        return seq
+        return self.published_many(1)
 
     def published_many(self, count: int) -> int:
         """`count` events of the open transaction were handed to the publisher, in order (one call per batch
@@ -95,11 +85,7 @@ class PositionTracker:
 
     def confirmed(self, seq: int) -> None:
         """The broker confirmed event `seq`. Unknown or repeated numbers are a bug in the caller."""
-        txn = self._by_seq.pop(seq, None)
-        if txn is None:
-            raise PositionError(f"confirmation of unknown sequence number {seq}")
-        txn.outstanding -= 1
-        self._advance()
+        self.confirmed_many([seq])
 
     def commit(self, lsn: int) -> None:
         """The open transaction committed; `lsn` is its end position (wal2json's nextlsn)."""

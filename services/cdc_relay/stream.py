@@ -75,11 +75,6 @@ class ReplicationStream:
     def fileno(self) -> int:
         return int(self._conn.fileno())
 
-    def read(self) -> bytes | None:
-        """The next message's payload, or None when nothing is buffered (wait on fileno). Non-blocking."""
-        message = self._cur.read_message()
-        return None if message is None else message.payload  # bytes: decode=False
-
     @property
     def wal_end(self) -> int:
         """The server's position from the last message or keepalive."""

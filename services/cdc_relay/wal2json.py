@@ -1,4 +1,4 @@
-"""Parse wal2json format-version 2 messages into what the relay acts on. Pure: bytes in, frozen dataclasses out.
+"""Parse wal2json format-version 2 messages into what the relay acts on. Pure: bytes in, immutable values out.
 
 With the options of `OPTIONS` the stream holds, per transaction, {"action":"B"}, then one {"action":"I"} per
 outbox insert, then {"action":"C","lsn":..,"nextlsn":..}. Transactions touching only other tables still yield
@@ -24,6 +24,7 @@ import orjson
 from services.core.events import Event, encode
 
 OUTBOX_TABLE: Final = "public.outbox"
+_SCHEMA, _TABLE = OUTBOX_TABLE.split(".")
 OPTIONS: Final[dict[str, str]] = {
     "format-version": "2",
     "include-lsn": "1",
@@ -97,7 +98,6 @@ def parse(payload: bytes | str) -> Message:
     return Ignored(str(action))
 
 
-_SCHEMA, _TABLE = OUTBOX_TABLE.split(".")
 # Postgres' canonical output of a uuid, and of a timestamptz with DateStyle ISO and TimeZone UTC.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _UTC = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
