@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import multiprocess
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
@@ -40,20 +40,53 @@ def test_walfeed_api_process_serves_and_stops_on_sigterm(processes: Processes) -
     assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
 
 
-def _metrics_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("walfeed-api-metrics-*"))
+HEALTHZ = {"method": "GET", "route": "/healthz", "status": "200"}
 
 
-def test_several_worker_processes_share_the_port_and_sum_their_metrics(processes: Processes) -> None:
+def _metrics_dirs(tmp: Path) -> list[Path]:
+    return list(tmp.glob("walfeed-api-metrics-*"))
+
+
+def _healthz_by_pid(metrics_dir: Path) -> dict[int, float]:
+    """GET /healthz as each worker process counted it, from its own file (prometheus_client keeps a process's
+    values in `<kind>_<pid>.db`, here `counter_<pid>.db`)."""
+    counts: dict[int, float] = {}
+    for file in metrics_dir.glob("counter_*.db"):
+        merged = multiprocess.MultiProcessCollector.merge([str(file)])  # type: ignore[no-untyped-call]
+        counts[int(file.stem.rpartition("_")[2])] = sum(
+            s.value for m in merged for s in m.samples
+            if s.name == "walfeed_api_requests_total" and s.labels == HEALTHZ)
+    return counts
+
+
+def test_several_worker_processes_share_the_port_and_sum_their_metrics(processes: Processes, tmp_path: Path) -> None:
     port = free_port()
-    before = _metrics_dirs()
-    api = processes.start("api", "api", "--port", str(port), env={"WALFEED_API_WORKERS": "2"})
+    # TMPDIR: the metrics directory is made under tmp_path, apart from any other `walfeed api` on the machine
+    api = processes.start("api", "api", "--port", str(port), env={"WALFEED_API_WORKERS": "2", "TMPDIR": str(tmp_path)})
     base = f"http://127.0.0.1:{port}"
-    eventually(lambda: _ready(base), timeout=60, what="api workers ready")
-    assert len(_metrics_dirs() - before) == 1  # made by `walfeed api` for its workers
-    requests = 30
-    for _ in range(requests):  # a new connection each time: the kernel spreads them over the workers
+    eventually(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, timeout=60,
+               what="api workers ready")
+    dirs = _metrics_dirs(tmp_path)
+    assert len(dirs) == 1, dirs  # made by `walfeed api` for its workers
+    requests = 0
+
+    def healthz() -> None:
+        nonlocal requests
+        # a new connection each time: the kernel spreads them over the workers
         assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+        requests += 1
+
+    for _ in range(30):
+        healthz()
+
+    def counted_by_two_workers() -> bool:
+        if sum(n > 0 for n in _healthz_by_pid(dirs[0]).values()) >= 2:
+            return True
+        healthz()  # so far one worker served them all (or has not recorded them yet): one more connection
+        return False
+
+    # else a scrape could pass without summing anything: every request and scrape on the same worker
+    eventually(counted_by_two_workers, timeout=30, what="GET /healthz counted in files of 2 worker pids")
     signup = httpx.post(f"{base}/v1/users", json={"handle": "workers"}, timeout=10).json()
     post = httpx.post(f"{base}/v1/posts", json={"body": "hi"}, timeout=10,
                       headers={"Authorization": f"Bearer {signup['token']}"})
@@ -64,14 +97,7 @@ def test_several_worker_processes_share_the_port_and_sum_their_metrics(processes
         assert line in text, text
         assert 'walfeed_api_requests_total{method="POST",route="/v1/posts",status="201"} 1.0' in text
     assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
-    assert _metrics_dirs() - before == set()  # removed at exit
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
+    assert _metrics_dirs(tmp_path) == []  # removed at exit
 
 
 def test_bad_api_setting_stops_at_start_naming_it(processes: Processes) -> None:
