@@ -154,8 +154,7 @@ def test_a_follow_event_ahead_of_its_transaction_is_retried_not_dropped(
     event = ev.Event.new(ev.FOLLOW_CREATED, f"{fan}:{author}", {"follower_id": fan, "followee_id": author})
     with psycopg.connect(database_url) as writer:  # the api's transaction, written but not yet visible
         writer.execute("INSERT INTO follows (follower_id, followee_id) VALUES (%s, %s)", (fan, author))
-        writer.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                       "VALUES (%s, 'follow', %s, %s, '{}')", (event.id, event.aggregate_id, event.type))
+        world.insert_outbox(writer, event)
         with pytest.raises(fanout.NotVisibleYet):
             effects(pool).handle(event)
         writer.commit()

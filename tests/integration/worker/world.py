@@ -11,6 +11,7 @@ import pika
 import psycopg
 from psycopg.types.json import Jsonb
 
+from services.api import sql as api_sql
 from services.core import events as ev
 from services.core.topology import Topology
 
@@ -27,10 +28,16 @@ def add_users(conn: Conn, n: int) -> list[int]:
     return [r[0] for r in rows]
 
 
+def insert_outbox(conn: Conn, event: ev.Event) -> None:
+    """The event's outbox row with the API's own statement, in the open transaction (not committed)."""
+    conn.execute(api_sql.INSERT_OUTBOX, {"id": event.id, "aggregatetype": event.aggregate_type,
+                                         "aggregateid": event.aggregate_id, "type": event.type,
+                                         "payload": Jsonb(event.payload)})
+
+
 def commit_with_outbox(conn: Conn, event: ev.Event) -> ev.Event:
     """The event's outbox row, in the same transaction as the change (as the API writes it), then commit."""
-    conn.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s, %s)",
-                 (event.id, event.aggregate_type, event.aggregate_id, event.type, Jsonb(event.payload)))
+    insert_outbox(conn, event)
     conn.commit()
     return event
 
