@@ -44,11 +44,17 @@ def database_url(infra: Infra, template_db: str, slot_name: str) -> Iterator[str
 
 
 @pytest.fixture
-def amqp_prefix(infra: Infra) -> Iterator[str]:
+def amqp_extra_queues() -> list[str]:
+    """Queues a test declares under its prefix beyond the topology's (observers): append them here and
+    `amqp_prefix` deletes them with the topology at teardown, also when the test fails."""
+    return []
+
+
+@pytest.fixture
+def amqp_prefix(infra: Infra, amqp_extra_queues: list[str]) -> Iterator[str]:
     prefix = resources.unique("wft")
-    extra: list[str] = []
     yield prefix
-    resources.delete_amqp_names(infra.amqp_url, Topology(prefix), extra)
+    resources.delete_amqp_names(infra.amqp_url, Topology(prefix), amqp_extra_queues)
 
 
 @pytest.fixture

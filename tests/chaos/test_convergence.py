@@ -33,7 +33,7 @@ from tests.chaos.workload import Account, Acknowledged, client, sign_up
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
 from tests.harness.proxy import TcpProxy
-from tests.harness.resources import declare_observer, delete_amqp_names
+from tests.harness.resources import declare_observer
 from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
@@ -87,9 +87,14 @@ FROM posts p WHERE p.id = ANY(%(ids)s) ORDER BY p.id
 """
 
 
-def _explain(database_url: str, diffs: list[TimelineDiff]) -> str:
-    """What the database says about each wrong timeline entry: enough to tell a worker bug from a read bug."""
+def _explain(database_url: str, diffs: list[TimelineDiff], failure: BaseException | None = None) -> str:
+    """What the database says about each wrong timeline entry: enough to tell a worker bug from a read bug.
+    `failure`: the error of the last probe, when it raised instead of comparing (`diffs` are then older)."""
     lines = [f"{len(diffs)} timelines differ from their definition"]
+    if failure is not None:
+        before = (f"{len(diffs)} timelines differed from their definition at the last probe that answered" if diffs
+                  else "no probe answered")
+        lines = [f"the last timeline probe failed: {failure!r}; {before}"]
     with psycopg.connect(database_url) as conn:
         for d in diffs[:5]:
             floor = conn.execute("SELECT timeline_floor FROM users WHERE id = %s", (d.user,)).fetchone()
@@ -103,7 +108,7 @@ def _explain(database_url: str, diffs: list[TimelineDiff]) -> str:
 
 def test_the_system_converges_with_nothing_lost(
     infra: Infra, walfeed_env: dict[str, str], database_url: str, slot_name: str, topology: Topology,
-    processes: Processes, request: pytest.FixtureRequest,
+    processes: Processes, amqp_extra_queues: list[str],
 ) -> None:
     seconds = float(os.environ.get("WALFEED_CHAOS_SECONDS", "45"))
     count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "8"))
@@ -118,7 +123,7 @@ def test_the_system_converges_with_nothing_lost(
     relay_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     worker_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     observe = declare_observer(infra.amqp_url, topology)
-    request.addfinalizer(lambda: delete_amqp_names(infra.amqp_url, topology, [observe]))  # also when it fails
+    amqp_extra_queues.append(observe)  # deleted with the topology at teardown, also when the test fails
     admin = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     channel = admin.channel()
 
@@ -208,8 +213,8 @@ def test_the_system_converges_with_nothing_lost(
 
     try:
         eventually(converged, timeout=CONVERGE_TIMEOUT, interval=0.5, what="timelines equal their definition")
-    except AssertionError:
-        print(_explain(database_url, diffs))
+    except AssertionError as timed_out:
+        print(_explain(database_url, diffs, timed_out.__cause__))  # eventually() chains the last probe's error
         raise
     finally:
         converge_seconds = time.monotonic() - faults_over
@@ -220,7 +225,6 @@ def test_the_system_converges_with_nothing_lost(
                timeout=CONVERGE_TIMEOUT, what="fan-out and retry queues drained")
     seen = _drain(channel, observe)
     dead = _drain(channel, topology.dead_queue)
-    channel.queue_delete(observe)
     admin.close()
     for proxy in (relay_db, relay_amqp, worker_amqp):
         proxy.close()
