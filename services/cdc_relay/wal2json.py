@@ -4,10 +4,17 @@ With the options of `OPTIONS` the stream holds, per transaction, {"action":"B"},
 outbox insert, then {"action":"C","lsn":..,"nextlsn":..}. Transactions touching only other tables still yield
 their B/C pair, which is what lets the confirmed position follow a busy database with an idle outbox.
 
-An outbox insert is turned straight into its AMQP body (`Insert.body`), byte for byte what
-`services.core.events.encode` makes of the row's `Event`, without building the `Event`: the id and `created_at`
-are used as Postgres printed them when they are in the canonical forms (lowercase uuid, ISO timestamp in UTC, which
-the replication session asks for), else the row goes through the `Event` (`outbox_event`), the reference path.
+An outbox insert is turned into its AMQP body (`Insert.body`), byte for byte what `services.core.events.encode`
+makes of the row's `Event`. Two paths lead there:
+
+- the fast path (`fast_insert`) reads the message as the bytes wal2json prints for a row of the outbox table as
+  db/init creates it: the six event columns in table order, each a JSON string without escapes (the payload's
+  escapes excepted), the id and created_at in Postgres' canonical forms (lowercase uuid; ISO timestamp in UTC,
+  which the replication session asks for), then any number of null columns (the polling source's). One regular
+  expression instead of a JSON parse: the relay's CPU per event is what its throughput is made of on a busy
+  machine, and decoding the whole message (every column as a dict) was its largest part (docs/adr/0015);
+- every other message goes through `orjson` and, for an insert, through the `Event` (`outbox_event`): the
+  reference path. A message the fast path does not match costs more, never changes the result.
 """
 
 from __future__ import annotations
@@ -81,7 +88,10 @@ def format_lsn(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
-def parse(payload: bytes | str) -> Message:
+def parse(payload: bytes) -> Message:
+    insert = fast_insert(payload)
+    if insert is not None:
+        return insert
     try:
         data = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
@@ -90,52 +100,68 @@ def parse(payload: bytes | str) -> Message:
         raise MessageError("wal2json message is not an object")
     action = data.get("action")
     if action == "B":
-        return Begin()
+        return _BEGIN
     if action == "C":
         return Commit(parse_lsn(data.get("lsn", "")), parse_lsn(data.get("nextlsn", "")))
     if action == "I" and data.get("table") == _TABLE and data.get("schema") == _SCHEMA:
-        return outbox_insert(data.get("columns"))
+        event = outbox_event(data.get("columns"))
+        return Insert(str(event.id), event.type, encode(event), int(event.occurred_at.timestamp()))
     return Ignored(str(action))
 
 
-# Postgres' canonical output of a uuid, and of a timestamptz with DateStyle ISO and TimeZone UTC.
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_UTC = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
+_BEGIN: Final = Begin()
+_TEXT = rb'"([^"\\]*)"'  # a JSON string without escapes: its bytes are its UTF-8 text
+_OUTBOX_INSERT = re.compile(
+    rb'\{"action":"I","lsn":"[0-9A-F]+/[0-9A-F]+","schema":"%s","table":"%s","columns":\['
+    rb'\{"name":"id","value":"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"\},'
+    rb'\{"name":"aggregatetype","value":%s\},'
+    rb'\{"name":"aggregateid","value":%s\},'
+    rb'\{"name":"type","value":%s\},'
+    rb'\{"name":"payload","value":("[^"\\]*(?:\\.[^"\\]*)*")\},'  # a JSON string, escapes and all
+    rb'\{"name":"created_at","value":%s\}'
+    rb'(?:,\{"name":"\w+","value":null\})*\]\}'
+    % (re.escape(_SCHEMA.encode()), re.escape(_TABLE.encode()), _TEXT, _TEXT, _TEXT, _TEXT)
+)
 
 
-def outbox_insert(columns: Any) -> Insert:
-    """The AMQP message of an outbox row, built from the column texts (the fast path of `outbox_event` + encode)."""
-    row = _row(columns)
-    event_id, created = row.get("id"), row.get("created_at")
-    occurred = _occurred(created) if isinstance(created, str) else None
-    if occurred is None or not isinstance(event_id, str) or _UUID.fullmatch(event_id) is None:
-        event = outbox_event(columns)
-        return Insert(str(event.id), event.type, encode(event), int(event.occurred_at.timestamp()))
+def fast_insert(payload: bytes) -> Insert | None:
+    """The AMQP message of an outbox insert in the layout wal2json prints for the outbox table; None for any other
+    message (which `parse` then reads the reference way)."""
+    match = _OUTBOX_INSERT.fullmatch(payload)
+    if match is None:
+        return None
+    event_id, aggregate_type, aggregate_id, type, payload_json, created = match.groups()
+    occurred = _occurred(created)
+    if occurred is None:
+        return None
     try:
-        raw, type = row["payload"], str(row["type"])
+        event_type = type.decode()
         body = orjson.dumps({
-            "id": event_id,
-            "type": type,
-            "aggregate_type": str(row["aggregatetype"]),
-            "aggregate_id": str(row["aggregateid"]),
+            "id": event_id.decode(),
+            "type": event_type,
+            "aggregate_type": aggregate_type.decode(),
+            "aggregate_id": aggregate_id.decode(),
             "occurred_at": occurred[0],
-            "payload": orjson.loads(raw) if isinstance(raw, str) else raw,
+            "payload": orjson.loads(orjson.loads(payload_json)),  # the column's text, then the jsonb it holds
         })
-    except KeyError as exc:
-        raise MessageError(f"outbox insert without column {exc.args[0]!r}") from None
-    except (ValueError, orjson.JSONDecodeError) as exc:
-        raise MessageError(f"outbox insert with an invalid value: {exc}") from None
-    return Insert(event_id, type, body, occurred[1])
+    except (UnicodeDecodeError, orjson.JSONDecodeError):
+        return None  # the reference path says what is wrong with it
+    return Insert(event_id.decode(), event_type, body, occurred[1])
+
+
+# Postgres' canonical output of a timestamptz with DateStyle ISO and TimeZone UTC.
+_UTC = re.compile(rb"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
 
 
 @functools.lru_cache(maxsize=256)  # created_at is now(), the transaction's start: shared by all its events
-def _occurred(created: str) -> tuple[str, int] | None:
+def _occurred(created: bytes) -> tuple[str, int] | None:
     """A canonical created_at text as (occurred_at of the body, whole seconds since the epoch); None when it is
     not canonical (or not a valid time): the reference path takes it."""
     when = _UTC.fullmatch(created)
     if when is None:
         return None
-    date, clock, fraction = when.groups()
+    date, clock, fraction = (part.decode() if part is not None else None for part in when.groups())
+    assert date is not None and clock is not None  # not optional in the pattern
     try:
         return _iso_utc(date, clock, fraction), int(datetime.fromisoformat(f"{date}T{clock}+00:00").timestamp())
     except ValueError:

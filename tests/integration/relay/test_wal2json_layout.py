@@ -1,0 +1,47 @@
+"""The relay's fast path reads the bytes wal2json prints for the outbox table as db/init creates it. Here the real
+plugin prints real rows (written with the API's own statement): if a migration changes the outbox's layout, this
+fails instead of every event quietly taking the slower reference path."""
+
+from __future__ import annotations
+
+import orjson
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from services.api import sql as api_sql
+from services.cdc_relay import wal2json
+from services.cdc_relay.relay import outgoing
+from services.core import events as ev
+
+pytestmark = pytest.mark.integration
+
+_PEEK = "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, VARIADIC %s::text[])"
+
+
+def test_rows_written_by_the_api_take_the_fast_path(database_url: str, slot_name: str) -> None:
+    written = [ev.Event.new(ev.POST_CREATED, 41, {"post_id": 41, "author_id": 7}),
+               ev.Event.new(ev.FOLLOW_CREATED, "7:9", {"follower_id": 7, "followee_id": 9}),
+               ev.Event.new(ev.POST_DELETED, "ünïcode-aggregate", {"post_id": 41, "author_id": 7})]
+    with psycopg.connect(database_url) as conn:
+        for event in written:
+            conn.execute(api_sql.INSERT_OUTBOX, {"id": event.id, "aggregatetype": event.aggregate_type,
+                                                 "aggregateid": event.aggregate_id, "type": event.type,
+                                                 "payload": Jsonb(event.payload)})
+        conn.commit()
+        # The replication session's settings (stream.py): wal2json prints values with them.
+        conn.execute("SET TimeZone TO 'UTC'")
+        conn.execute("SET DateStyle TO 'ISO, YMD'")
+        options = [part for pair in wal2json.OPTIONS.items() for part in pair]
+        rows = conn.execute(_PEEK, (slot_name, options)).fetchall()
+
+    inserts = [data.encode() for (data,) in rows if data.startswith('{"action":"I"')]
+    assert len(inserts) == len(written)
+    for raw, event in zip(inserts, written, strict=True):
+        fast = wal2json.fast_insert(raw)
+        assert fast is not None, f"the fast path does not read this layout: {raw!r}"
+        reference = wal2json.outbox_event(orjson.loads(raw)["columns"])
+        expected = outgoing(reference, None)
+        assert (fast.event_id, fast.type, fast.body, fast.timestamp) == (
+            expected.message_id, expected.type, expected.body, expected.timestamp)
+        assert orjson.loads(fast.body)["payload"] == event.payload and fast.event_id == str(event.id)
