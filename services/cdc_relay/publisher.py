@@ -24,7 +24,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pika
@@ -79,13 +78,6 @@ class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is un
         self.message_id, self.type, self.timestamp = message_id, type, timestamp
 
 
-@dataclass(slots=True)
-class _Attempt:
-    message: Outgoing
-    tries: int = 0
-    first_sent: float | None = None
-
-
 class Publisher:
     def __init__(
         self,
@@ -102,11 +94,17 @@ class Publisher:
         self._on_confirmed, self._is_current = on_confirmed, is_current
         self._window = window  # messages published and not confirmed by the broker, at most
         self._blocked_timeout = blocked_timeout
-        self._ready: deque[_Attempt] = deque()
-        self._retry: list[tuple[float, int, _Attempt]] = []
+        self._ready: deque[Outgoing] = deque()
+        self._retry: list[tuple[float, int, Outgoing]] = []
         self._retry_timer: Any = None
         self._counter = itertools.count()
-        self._book: ConfirmBook[_Attempt] = ConfirmBook()
+        # Each message published and unconfirmed, with the time it was first published. Messages that failed
+        # (returned, nacked, or unconfirmed on a lost channel) wait in `_ready` or `_retry`: their failed tries and
+        # first publish time are kept by message id until they are confirmed (the usual message never fails, and
+        # costs neither dict anything).
+        self._book: ConfirmBook[tuple[Outgoing, float]] = ConfirmBook()
+        self._tries: dict[str, int] = {}
+        self._first_sent: dict[str, float] = {}
         self._conn: pika.SelectConnection | None = None
         self._channel: Any = None  # pika.channel.Channel, set once in confirm mode
         self._blocked = False
@@ -125,8 +123,23 @@ class Publisher:
         self._connect()
 
     def submit(self, messages: Iterable[Outgoing]) -> None:
-        self._ready.extend(map(_Attempt, messages))
+        self._ready.extend(messages)
         self._publish_available()
+
+    def drop_stale(self) -> None:
+        """Forget the waiting messages `is_current` no longer accepts (the caller's source will send them again).
+        Stale messages are dropped here and where a failure would queue them again, not per publish."""
+        is_current = self._is_current
+        stale = [m for m in self._ready if not is_current(m.token)]
+        stale += [entry[2] for entry in self._retry if not is_current(entry[2].token)]
+        if not stale:
+            return
+        self._ready = deque(m for m in self._ready if is_current(m.token))
+        self._retry = [entry for entry in self._retry if is_current(entry[2].token)]
+        heapq.heapify(self._retry)
+        for message in stale:
+            self._tries.pop(message.message_id, None)
+            self._first_sent.pop(message.message_id, None)
 
     def stop(self, on_stopped: Callable[[], None]) -> None:
         """Close the connection; `on_stopped` is called once it is closed (at most CLOSE_TIMEOUT later)."""
@@ -208,7 +221,7 @@ class Publisher:
         self._conn, self._channel, self._blocked = None, None, False
         # Nothing is in flight on a closed channel: everything unconfirmed goes first in the queue, to be published
         # again (the broker may or may not have it: resending is the at-least-once answer).
-        self._ready.extendleft(reversed(self._book.reset()))
+        self._ready.extendleft(reversed(self._fail(self._book.reset())))
         if self._stopping:
             self._finish_stop()
             return
@@ -228,20 +241,15 @@ class Publisher:
         if channel is None or self._blocked:
             return
         # The hot loop of the relay: names looked up once, not per message.
-        ready, publish, sent, is_current = self._ready, channel.basic_publish, self._book.sent, self._is_current
-        exchange, properties, room = self._exchange, EventProperties, self._window - len(self._book)
+        ready, publish, sent = self._ready, channel.basic_publish, self._book.sent
+        exchange, properties, first_sent = self._exchange, EventProperties, self._first_sent
+        room = min(len(ready), self._window - len(self._book))
         now = time.monotonic()
-        while ready and room > 0:
-            attempt = ready.popleft()
-            message = attempt.message
-            if not is_current(message.token):
-                continue  # from a replication session that ended: Postgres sends it again
+        for _ in range(room):
+            message = ready.popleft()
             publish(exchange, message.routing_key, message.body,
                     properties(message.message_id, message.type, message.timestamp), mandatory=True)
-            sent(message.message_id, attempt)
-            room -= 1
-            if attempt.first_sent is None:
-                attempt.first_sent = now
+            sent(message.message_id, (message, first_sent.pop(message.message_id, now) if first_sent else now))
 
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
                    _body: bytes) -> None:
@@ -259,17 +267,33 @@ class Publisher:
         now = time.monotonic()
         confirmed = outcome.confirmed
         if confirmed:  # metrics per ack frame, not per event
-            metrics.CONFIRM_LATENCY.observe_since(now, [a.first_sent or now for a in confirmed])
+            metrics.CONFIRM_LATENCY.observe_since(now, [at for _, at in confirmed])
             metrics.PUBLISHED.inc(len(confirmed))
-            self._on_confirmed([a.message.token for a in confirmed])
+            if self._tries:
+                for message, _ in confirmed:
+                    self._tries.pop(message.message_id, None)
+            self._on_confirmed([message.token for message, _ in confirmed])
         if outcome.failed:
-            for attempt in outcome.failed:
-                attempt.tries += 1
+            for message in self._fail(outcome.failed):
                 metrics.UNROUTABLE.inc()
-                due = now + backoff.delay(attempt.tries, RETRY_BASE, RETRY_CAP)
-                heapq.heappush(self._retry, (due, next(self._counter), attempt))
-            self._schedule_retry(now)
+                tries = self._tries[message.message_id] = self._tries.get(message.message_id, 0) + 1
+                due = now + backoff.delay(tries, RETRY_BASE, RETRY_CAP)
+                heapq.heappush(self._retry, (due, next(self._counter), message))
+            if self._retry:
+                self._schedule_retry(now)
         self._publish_available()  # refill the window at once: the broker never waits for a loop to come round
+
+    def _fail(self, entries: list[tuple[Outgoing, float]]) -> list[Outgoing]:
+        """Messages that must be published again: their first publish time is kept; stale ones are dropped."""
+        is_current, again = self._is_current, []
+        for message, first_sent in entries:
+            if is_current(message.token):
+                self._first_sent.setdefault(message.message_id, first_sent)
+                again.append(message)
+            else:
+                self._tries.pop(message.message_id, None)
+                self._first_sent.pop(message.message_id, None)
+        return again
 
     def _schedule_retry(self, now: float) -> None:
         if self._retry_timer is not None:

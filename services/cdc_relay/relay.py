@@ -169,6 +169,7 @@ class Relay:
         # The session ends: its events not yet published are stale from now on (no duplicates in between).
         self._epoch += 1
         self._first_seq = self._epoch << SESSION_SEQ_BITS
+        self._publisher.drop_stale()
         if self._watching:
             with contextlib.suppress(Exception):
                 self._ioloop.remove_handler(self._fd)
