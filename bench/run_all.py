@@ -99,10 +99,11 @@ STATS_SETTLE = 11.0  # s: idle backends flush their pg_stat counters up to 10 s 
 NOTES = [
     "Writes: direct SQL with the API's statements (services/api/sql.py), one autocommit transaction per post; "
     "commit time taken client-side when the statement returns.",
-    "Visible: the post's rows in timelines for its author and all 10 followers (the API would show it at once: "
-    "its read path merges posts whose fan-out is not decided yet). Resolution: one watcher period (~5 ms).",
-    "At 1,000 posts/s the workers (2 processes x 2 threads on the shared 2 cores) fan out fewer posts than are "
-    "written: the end-to-end figures then measure their backlog; 'to broker' is the source alone.",
+    f"Visible: the post's rows in timelines for its author and all {PER_AUTHOR} followers (the API would show it "
+    "at once: its read path merges posts whose fan-out is not decided yet). Resolution: one watcher period (~5 ms).",
+    f"At 1,000 posts/s the workers ({WORKERS} processes x {WORKER_THREADS} threads on the shared "
+    f"{os.cpu_count()} cores) may fan out fewer posts than are written: the end-to-end figures then measure their "
+    "backlog; 'to broker' is the source alone.",
     "Database load: pg_stat_database of the bench database (pg_stat_statements needs a server restart) and "
     "/proc CPU of its backends; the source backend is the relay's walsender or the poller's connection. "
     "Rates phases include the writers, the watcher and the workers, the same for every source.",

@@ -1,7 +1,9 @@
 """The three existing benchmark scripts, run as subprocesses with their own (smaller) flags, parsed.
 
-They clean up their own database and AMQP names in `finally` blocks, so on Ctrl-C they get the SIGINT (same
-process group) and are waited for, never killed first.
+They clean up their own database and AMQP names in `finally` blocks. Each runs in a session of its own, so that a
+signal reaches it only through `run`: when run_all is interrupted (Ctrl-C, or SIGTERM to run_all alone), the running
+script gets exactly one SIGINT and is waited for, never killed first (a second SIGINT would interrupt its clean-up;
+none at all would leave it running after run_all).
 """
 
 from __future__ import annotations
@@ -41,13 +43,18 @@ def runs(name: str, quick: bool) -> int:
 def run(name: str, quick: bool, log: Path) -> dict[str, Any]:
     """One run: the parsed figures, plus `error` when the script failed."""
     proc = subprocess.Popen(command(name, quick), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     timeout = TIMEOUT[0 if quick else 1]
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout)
     except KeyboardInterrupt:
-        proc.wait(120)  # it got the SIGINT too: let it drop its database and queues
+        proc.send_signal(signal.SIGINT)  # its `finally` drops its database and queues
+        try:
+            proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
         raise
     except subprocess.TimeoutExpired:
         timed_out = True
