@@ -2,7 +2,9 @@
 
 Independent of where events come from: callers `submit` `Outgoing` messages carrying an opaque token and get
 the tokens back through `on_confirmed` once the broker has confirmed them (never for a nack or a return: those
-are republished with backoff, forever, see docs/adr/0012).
+are republished with backoff, forever, see docs/adr/0012). A caller whose tokens can go stale (the relay's, when a
+replication session ends: Postgres sends those events again) passes `is_current` and calls `drop_stale`; stale
+messages still waiting, or failing later, are not published again (docs/adr/0015).
 
 `Publisher` runs on the IOLoop it is given, in that loop's thread, and never blocks it: pika's asynchronous
 `SelectConnection`, whose `Channel.confirm_delivery(ack_nack_callback=...)` delivers basic.ack / basic.nack /
@@ -118,6 +120,11 @@ class Publisher:
     def unconfirmed(self) -> int:
         """Messages published and not confirmed yet (at most the window)."""
         return len(self._book)
+
+    @property
+    def waiting(self) -> int:
+        """Messages held to be published: ready, or failed and waiting for their retry."""
+        return len(self._ready) + len(self._retry)
 
     def start(self) -> None:
         self._connect()
