@@ -135,9 +135,9 @@ def fast_insert(payload: bytes) -> Insert | None:
     if occurred is None:
         return None
     try:
-        event_type = type.decode()
+        message_id, event_type = event_id.decode(), type.decode()
         body = orjson.dumps({
-            "id": event_id.decode(),
+            "id": message_id,
             "type": event_type,
             "aggregate_type": aggregate_type.decode(),
             "aggregate_id": aggregate_id.decode(),
@@ -146,7 +146,7 @@ def fast_insert(payload: bytes) -> Insert | None:
         })
     except (UnicodeDecodeError, orjson.JSONDecodeError):
         return None  # the reference path says what is wrong with it
-    return Insert(event_id.decode(), event_type, body, occurred[1])
+    return Insert(message_id, event_type, body, occurred[1])
 
 
 # Postgres' canonical output of a timestamptz with DateStyle ISO and TimeZone UTC.
