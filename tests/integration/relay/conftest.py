@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import orjson
 import pika
@@ -107,8 +108,13 @@ def watcher(infra: Infra, topology: Topology) -> Iterator[Watcher]:
         pass
 
 
+class StartRelay(Protocol):
+    def __call__(self, name: str = "relay", **env: str) -> Process: ...
+
+
 @pytest.fixture
-def start_relay(processes: Processes):  # type: ignore[no-untyped-def]
+def start_relay(processes: Processes) -> StartRelay:
+    """Starts `walfeed relay` as a real process, with the test's environment plus `env`."""
     def start(name: str = "relay", **env: str) -> Process:
         return processes.start(name, "relay", env={**RELAY_ENV, **env})
     return start

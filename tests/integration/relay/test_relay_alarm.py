@@ -6,15 +6,13 @@ broker (every publisher on it is blocked meanwhile): run it alone, at the end:
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from datetime import datetime
 
 import psycopg
 import pytest
 
-from tests.harness.processes import Process
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, current_lsn, slot_lsn, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, slot_lsn, write_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -35,7 +33,7 @@ def reply_time(database_url: str, slot: str) -> datetime | None:
 
 
 def test_blocked_broker_status_updates_continue_position_holds_nothing_lost(
-        database_url: str, slot_name: str, watcher: Watcher, start_relay: Callable[..., Process]) -> None:
+        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
     relay = start_relay(WALFEED_RELAY_WINDOW="10", WALFEED_RELAY_BLOCKED_TIMEOUT=str(BLOCKED_TIMEOUT))
     warm = set(write_events(database_url, 5))
     eventually(lambda: watcher.has_all(warm), timeout=30, what="warm-up events delivered")

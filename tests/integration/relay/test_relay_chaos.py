@@ -15,7 +15,7 @@ from services.core.topology import Topology
 from tests.harness.infra import Infra
 from tests.harness.resources import declare_observer
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, write_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def _report(name: str, expected: set[str], watcher: Watcher) -> None:
 
 
 def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_url: str,
-                                   start_relay) -> None:  # type: ignore[no-untyped-def]
+                                   start_relay: StartRelay) -> None:
     # a durable queue: the watcher's transient queue would not survive the restart
     queue = declare_observer(infra.amqp_url, topology, "durable")
     start_relay()
@@ -71,7 +71,7 @@ def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_ur
 
 
 def test_postgres_immediate_stop_mid_stream(database_url: str, watcher: Watcher,
-                                            start_relay) -> None:  # type: ignore[no-untyped-def]
+                                            start_relay: StartRelay) -> None:
     relay = start_relay()
     written: list[str] = []
     writer = threading.Thread(target=_retrying_writer, args=(database_url, 2000, written))

@@ -10,13 +10,13 @@ from collections import Counter
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, slot_lsn, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration
 
 
 def test_sigkill_during_a_burst_loses_nothing(database_url: str, slot_name: str, watcher: Watcher,
-                                              start_relay) -> None:  # type: ignore[no-untyped-def]
+                                              start_relay: StartRelay) -> None:
     relay = start_relay()
     written: list[str] = []
     writer = threading.Thread(target=lambda: written.extend(write_events(database_url, 3000, per_txn=5)))

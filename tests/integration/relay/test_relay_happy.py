@@ -3,13 +3,20 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, assert_published_as_spec, current_lsn, slot_lsn, write_events
+from tests.integration.relay.conftest import (
+    StartRelay,
+    Watcher,
+    assert_published_as_spec,
+    current_lsn,
+    slot_lsn,
+    write_events,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def test_events_arrive_with_body_and_properties_and_the_slot_advances(
-        database_url: str, slot_name: str, watcher: Watcher, start_relay) -> None:  # type: ignore[no-untyped-def]
+        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
     before = slot_lsn(database_url, slot_name)
     relay = start_relay()
     ids = write_events(database_url, 30, per_txn=7)

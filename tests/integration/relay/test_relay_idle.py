@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, current_lsn, slot_lsn
+from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, slot_lsn
 
 pytestmark = pytest.mark.integration
 
@@ -14,7 +14,7 @@ MEGABYTES = 40
 
 
 def test_confirmed_position_follows_writes_to_other_tables(database_url: str, slot_name: str, watcher: Watcher,
-                                                           start_relay) -> None:  # type: ignore[no-untyped-def]
+                                                           start_relay: StartRelay) -> None:
     start_relay()
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE filler (id bigserial PRIMARY KEY, junk text)")

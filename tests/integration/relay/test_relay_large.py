@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import _INSERT, Watcher, current_lsn, slot_lsn
+from tests.integration.relay.conftest import _INSERT, StartRelay, Watcher, current_lsn, slot_lsn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ def peak_rss_kb(pid: int) -> int:
 
 
 def test_a_100k_row_transaction(database_url: str, slot_name: str, watcher: Watcher,
-                                start_relay) -> None:  # type: ignore[no-untyped-def]
+                                start_relay: StartRelay) -> None:
     relay = start_relay()
     eventually(lambda: "streaming" in relay.log(), timeout=30, what="relay streaming")
     started = time.monotonic()

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.core.topology import Topology
 from tests.harness.infra import Infra
-from tests.harness.processes import Process, free_port
+from tests.harness.processes import free_port
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import write_events
+from tests.integration.relay.conftest import StartRelay, write_events
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def scrape_when(port: int, condition: Callable[[dict[str, float]], bool]) -> dic
 
 def test_metrics_move_with_publishes_returns_lag_and_reconnects(
         infra: Infra, topology: Topology, database_url: str, slot_name: str,
-        start_relay: Callable[..., Process]) -> None:
+        start_relay: StartRelay) -> None:
     port = free_port()
     relay = start_relay(WALFEED_RELAY_METRICS_PORT=str(port), WALFEED_RELAY_LAG_INTERVAL="0.5")
     eventually(lambda: "streaming" in relay.log() and "broker connected" in relay.log(), timeout=30,

@@ -7,13 +7,13 @@ import signal
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, current_lsn, slot_lsn, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration
 
 
 def test_sigterm_exits_zero_after_final_feedback(database_url: str, slot_name: str, watcher: Watcher,
-                                                 start_relay) -> None:  # type: ignore[no-untyped-def]
+                                                 start_relay: StartRelay) -> None:
     # A long status interval: the position seen after exit is the final feedback, not a periodic one.
     relay = start_relay(WALFEED_RELAY_STATUS_INTERVAL="30")
     ids = write_events(database_url, 200, per_txn=50)
@@ -24,7 +24,7 @@ def test_sigterm_exits_zero_after_final_feedback(database_url: str, slot_name: s
     assert "stopped" in relay.log()
 
 
-def test_sigint_while_standby_exits_zero(database_url: str, start_relay) -> None:  # type: ignore[no-untyped-def]
+def test_sigint_while_standby_exits_zero(database_url: str, start_relay: StartRelay) -> None:
     active = start_relay("relay-a")
     eventually(lambda: "streaming" in active.log(), timeout=30, what="active relay")
     standby = start_relay("relay-b")
@@ -33,7 +33,7 @@ def test_sigint_while_standby_exits_zero(database_url: str, start_relay) -> None
     assert active.stop(signal.SIGTERM, timeout=20) == 0
 
 
-def test_missing_slot_is_a_clear_error(start_relay) -> None:  # type: ignore[no-untyped-def]
+def test_missing_slot_is_a_clear_error(start_relay: StartRelay) -> None:
     relay = start_relay(WALFEED_SLOT="no_such_slot")
     assert relay.wait(30) != 0
     log = relay.log()

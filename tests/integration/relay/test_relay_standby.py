@@ -7,13 +7,13 @@ import signal
 import pytest
 
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import Watcher, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, write_events
 
 pytestmark = pytest.mark.integration
 
 
 def test_standby_takes_over_after_sigkill(database_url: str, watcher: Watcher,
-                                          start_relay) -> None:  # type: ignore[no-untyped-def]
+                                          start_relay: StartRelay) -> None:
     active = start_relay("relay-a")
     first = write_events(database_url, 20, per_txn=4)
     eventually(lambda: watcher.has_all(set(first)), timeout=30, what="the first relay streams")

@@ -8,14 +8,14 @@ import pytest
 from services.core.topology import Topology
 from tests.harness.infra import Infra
 from tests.harness.waiting import eventually
-from tests.integration.relay.conftest import current_lsn, slot_lsn, write_events
+from tests.integration.relay.conftest import StartRelay, current_lsn, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration
 
 
 def test_returned_events_hold_the_position_until_a_queue_is_bound(
         infra: Infra, topology: Topology, database_url: str, slot_name: str,
-        start_relay) -> None:  # type: ignore[no-untyped-def]
+        start_relay: StartRelay) -> None:
     relay = start_relay()
     eventually(lambda: "streaming" in relay.log(), timeout=30, what="relay streaming")
     ids = set(write_events(database_url, 10, per_txn=10))
