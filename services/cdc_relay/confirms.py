@@ -73,12 +73,18 @@ class ConfirmBook(Generic[T]):
         return items
 
     def _settle(self, tag: int, multiple: bool) -> list[tuple[str, T]]:
-        if not multiple:
-            entry = self._unconfirmed.pop(tag, None)
-            return [] if entry is None else [entry]
-        # Tags from the low mark up to `tag`, each looked at once over the book's life (a loop over the dict's head
-        # would rescan the slots its own pops left behind: quadratic in the window).
         pop = self._unconfirmed.pop
-        settled = [entry for t in range(self._low, tag + 1) if (entry := pop(t, None)) is not None]
-        self._low = max(self._low, tag + 1)
+        if multiple:
+            # Tags from the low mark up to `tag`, each looked at once over the book's life (a loop over the dict's
+            # head would rescan the slots its own pops left behind: quadratic in the window).
+            settled = [entry for t in range(self._low, tag + 1) if (entry := pop(t, None)) is not None]
+        else:
+            entry = pop(tag, None)
+            settled = [] if entry is None else [entry]
+        # The low mark moves past every settled tag, single acks' too: else the first `multiple` ack after a long run
+        # of single ones (a quiet broker acks one by one) would walk every tag since the channel opened, on the loop.
+        unconfirmed, low = self._unconfirmed, max(self._low, tag + 1) if multiple else self._low
+        while low < self._next_tag and low not in unconfirmed:
+            low += 1
+        self._low = low
         return settled
