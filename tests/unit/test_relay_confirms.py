@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -35,28 +37,54 @@ def test_nacks_fail_and_reset_hands_everything_back() -> None:
     assert book.sent("x", "x") == 1  # a new channel numbers from 1
 
 
-@given(st.lists(st.tuples(st.sampled_from(["send", "ack", "ack*", "nack", "nack*", "reset"]),
+def ident(item: int) -> str:
+    """Message ids repeat, as a message published again keeps its id."""
+    return f"m{item % 5}"
+
+
+@given(st.lists(st.tuples(st.sampled_from(["send", "ack", "ack*", "nack", "nack*", "return", "reset"]),
                           st.integers(min_value=0, max_value=40)), max_size=120))
 @example([("send", 0), ("send", 0), ("ack*", 1), ("reset", 0), ("send", 0), ("ack*", 1)])  # numbering restarts
+@example([("send", 0), ("return", 0), ("reset", 0)] + [("send", 0)] * 6 + [("ack*", 6)])  # a reset forgets returns
+@example([("send", 0), ("return", 0), ("nack", 1)] + [("send", 0)] * 5 + [("ack", 6)])  # so does a nack
 @settings(max_examples=300)
 def test_settles_exactly_what_a_plain_model_settles(steps: list[tuple[str, int]]) -> None:
-    """Any interleaving of publishes, single and `multiple` acks and nacks (in any tag order) and channel resets:
-    each item comes out once, in tag order, as the obvious model of the broker's numbering says."""
+    """Any interleaving of publishes, returns, single and `multiple` acks and nacks (in any tag order) and channel
+    resets: each item comes out once, in tag order, confirmed or failed as the obvious model of the broker says (a
+    returned message's ack is a failure; a nack or a reset forgets its return)."""
     book: ConfirmBook[int] = ConfirmBook()
     model: dict[int, int] = {}  # tag -> item, unconfirmed
+    returned: Counter[str] = Counter()
     next_tag, item = 1, 0
     for action, n in steps:
         if action == "send":
-            assert book.sent(f"m{item}", item) == next_tag
+            assert book.sent(ident(item), item) == next_tag
             model[next_tag] = item
             next_tag, item = next_tag + 1, item + 1
+        elif action == "return":
+            if model:
+                message_id = ident(model[sorted(model)[n % len(model)]])
+                book.returned(message_id)
+                returned[message_id] += 1
         elif action == "reset":
             assert book.reset() == [model[t] for t in sorted(model)]
             model, next_tag = {}, 1
+            returned.clear()
         else:
             tag = n % next_tag if next_tag > 1 else 0
             tags = sorted(t for t in model if t <= tag) if action.endswith("*") else [tag] * (tag in model)
-            expected = [model.pop(t) for t in tags]
+            confirmed, failed = [], []
+            for t in tags:
+                settled = model.pop(t)
+                message_id = ident(settled)
+                if action.startswith("nack"):
+                    returned.pop(message_id, None)
+                    failed.append(settled)
+                elif returned[message_id] > 0:
+                    returned[message_id] -= 1
+                    failed.append(settled)
+                else:
+                    confirmed.append(settled)
             outcome = (book.acked if action.startswith("ack") else book.nacked)(tag, action.endswith("*"))
-            assert (outcome.confirmed if action.startswith("ack") else outcome.failed) == expected
+            assert (outcome.confirmed, outcome.failed) == (confirmed, failed)
         assert len(book) == len(model)
