@@ -33,7 +33,6 @@ from typing import Any
 
 import pika
 import psycopg
-from pika.adapters.select_connection import IOLoop
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,6 +170,11 @@ class MachineCpu:
         return {group: spent.get(name, 0.0) / events for name, group in GROUPS.items()}, cores
 
 
+def run_timeout(events: int) -> float:
+    """Seconds a run of `events` may take, relay or ceiling: then it fails instead of hanging."""
+    return max(120.0, events / 200)
+
+
 def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
     queue.purge()
     with psycopg.connect(url) as conn:
@@ -187,7 +191,7 @@ def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
             cpu_at_first.append(cpu_seconds(relay.pid))
             machine.append(MachineCpu())
 
-        seconds = wait_depth(queue, events, timeout=max(120.0, events / 200), on_first=on_first)
+        seconds = wait_depth(queue, events, timeout=run_timeout(events), on_first=on_first)
         others, busy = machine[0].since(events)
         return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events, others, busy)
     finally:
@@ -201,19 +205,19 @@ def sample_message() -> Outgoing:
 
 def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     """A bare pika publisher: persistent, mandatory, async confirms with a window that each ack frame refills at
-    once, on pika's SelectConnection and its IOLoop (the relay's adapter), one thread, nothing else."""
+    once, on pika's SelectConnection and its IOLoop (the relay's adapter), one thread, nothing else. A nack, a closed
+    channel or the relay run's time limit ends it with an error instead of a rate."""
     queue.purge()
     message = sample_message()
-    ioloop = IOLoop()
     book: ConfirmBook[int] = ConfirmBook()
     props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
                                  timestamp=message.timestamp, delivery_mode=2)
-    sent = done = 0
+    sent = 0
     started = cpu0 = 0.0
     channel: Any = None
     machine: MachineCpu | None = None
     result: Run | None = None
-    closed_by: Exception | None = None  # why the channel closed, when it did before the end
+    failed: object = None  # why the run ended before every message was confirmed
 
     def fill() -> None:
         nonlocal sent
@@ -222,11 +226,21 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
             book.sent(message.message_id, sent)
             sent += 1
 
+    def end(why: object) -> None:
+        nonlocal failed
+        if result is None and failed is None:
+            failed = why
+        if not (conn.is_closing or conn.is_closed):
+            conn.close()
+
     def on_confirm(frame: pika.frame.Method) -> None:
-        nonlocal done, result
-        outcome = book.acked(frame.method.delivery_tag, frame.method.multiple)
-        done += len(outcome.confirmed)
-        if done < events:
+        nonlocal result
+        method = frame.method
+        if not isinstance(method, pika.spec.Basic.Ack):
+            end(f"the broker nacked delivery tag {method.delivery_tag}")
+            return
+        book.acked(method.delivery_tag, method.multiple)
+        if sent - len(book) < events:
             fill()
             return
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu0
@@ -241,27 +255,21 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
         started, cpu0 = time.monotonic(), time.process_time()
         fill()
 
-    def on_channel_closed(_channel: Any, reason: Exception) -> None:
-        nonlocal closed_by
-        if result is None:  # the broker closed it (or refused something): end the run instead of waiting forever
-            closed_by = reason
-        if not (conn.is_closing or conn.is_closed):
-            conn.close()
-
     def on_channel(opened: Any) -> None:
         nonlocal channel
         channel = opened
-        channel.add_on_close_callback(on_channel_closed)
+        channel.add_on_close_callback(lambda _channel, reason: end(f"channel closed: {reason!r}"))
         channel.confirm_delivery(ack_nack_callback=on_confirm, callback=on_selected)
 
-    conn = pika.SelectConnection(pika.URLParameters(AMQP), custom_ioloop=ioloop,
+    conn = pika.SelectConnection(pika.URLParameters(AMQP),
                                  on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
-                                 on_close_callback=lambda _c, _e: ioloop.stop())
-    ioloop.start()
-    ioloop.close()
+                                 on_close_callback=lambda _c, _e: conn.ioloop.stop())
+    conn.ioloop.call_later(run_timeout(events), lambda: end(f"not done after {run_timeout(events):.0f} s"))
+    conn.ioloop.start()
+    conn.ioloop.close()
     if result is None:
-        raise RuntimeError(f"the ceiling run ended before every message was confirmed ({done} of {events}; "
-                           f"channel closed: {closed_by!r})")
+        raise RuntimeError(f"the ceiling run ended before every message was confirmed ({sent - len(book)} of "
+                           f"{events}): {failed}")
     return result
 
 
@@ -284,9 +292,16 @@ def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: floa
     consumer = threading.Thread(target=consume)
     consumer.start()
     try:
-        time.sleep(2.0)  # the relay starts up
         batch = max(1, rate // 100)  # a commit every 10 ms
         with psycopg.connect(url) as db:
+            # The relay is up end to end (slot streamed, broker connected) once a probe event arrives.
+            (probe,) = db.execute(INSERT.replace("\n", " ") + " RETURNING id", (0, 0)).fetchall()[0]
+            db.commit()
+            deadline = time.monotonic() + 60
+            while str(probe) not in received:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the relay did not publish a probe event within 60 s")
+                time.sleep(0.05)
             started = time.monotonic()
             sent = 0
             while time.monotonic() - started < seconds:
