@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import resource
@@ -221,23 +220,10 @@ class CpuMeter:
     def __init__(self, api_pid: int) -> None:
         self.api_pid = api_pid
 
-    def _api_seconds(self) -> float:
-        """CPU seconds of the api process and its descendants (its worker processes)."""
-        total, pending = 0.0, [self.api_pid]
-        while pending:
-            pid = pending.pop()
-            seconds = proc.cpu_seconds(pid)
-            if seconds is None:
-                continue
-            total += seconds
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it exited meanwhile
-                pending += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        return total
-
     def __enter__(self) -> CpuMeter:
         self.started = time.perf_counter()
         self.own, self.children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.api, self.machine = self._api_seconds(), proc.machine_ticks()
+        self.api, self.machine = proc.tree(self.api_pid, "api"), proc.machine_ticks()
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -245,7 +231,8 @@ class CpuMeter:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         self.loadgen = (own.ru_utime + own.ru_stime - self.own.ru_utime - self.own.ru_stime) / wall
         self.pgbench = (children.ru_utime + children.ru_stime - self.children.ru_utime - self.children.ru_stime) / wall
-        self.api_share = (self._api_seconds() - self.api) / wall
+        # pid by pid: an api worker restarted in between counts from zero, not as a jump of the total
+        self.api_share = proc.spent(self.api, proc.tree(self.api_pid, "api")).get("api", 0.0) / wall
         self.busy = proc.cores_busy(self.machine, proc.machine_ticks())
 
 

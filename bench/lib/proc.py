@@ -11,6 +11,8 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from tests.harness.processes import children_of
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 Processes = dict[int, tuple[str, float]]  # pid -> (label, CPU seconds)
@@ -40,6 +42,19 @@ def by_name(names: Collection[str]) -> Processes:
         stat = _stat(path)
         if stat is not None and stat[0] in names:
             found[int(path.parent.name)] = stat
+    return found
+
+
+def tree(pid: int, label: str) -> Processes:
+    """pid -> (label, CPU seconds) of a process and all its descendants (an api and its worker processes)."""
+    found: Processes = {}
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        seconds = cpu_seconds(current)
+        if seconds is not None:  # else it exited meanwhile
+            found[current] = (label, seconds)
+            pending += children_of(current)
     return found
 
 
