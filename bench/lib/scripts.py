@@ -25,10 +25,11 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
     "fanout": ("fanout_throughput.py", ["--runs", "3", "--posts", "15", "--small-events", "200"],
                ["--runs", "5", "--posts", "40", "--small-events", "500"], 1, 1),
     "api": ("api_latency.py", ["--requests", "80", "--rounds", "3", "--seconds", "2", "--pairs", "1"],
-            ["--requests", "200", "--seconds", "3", "--pairs", "3"], 1, 2),
+            ["--requests", "200", "--rounds", "5", "--seconds", "3", "--pairs", "3"], 1, 2),
 }
 ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 60.0)}  # seconds per run: quick, full
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
+CLEANUP = 60.0  # seconds a script may take to clean up after its SIGINT: then SIGKILL
 
 
 def command(name: str, quick: bool) -> list[str]:
@@ -40,32 +41,34 @@ def runs(name: str, quick: bool) -> int:
     return PLAN[name][3] if quick else PLAN[name][4]
 
 
+def _interrupt(proc: subprocess.Popen[str]) -> str:
+    """One SIGINT (its `finally` drops its database and queues), a minute to clean up, then SIGKILL. Its output."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=CLEANUP)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return str(out)
+
+
 def run(name: str, quick: bool, log: Path) -> dict[str, Any]:
     """One run: the parsed figures, plus `error` when the script failed."""
     proc = subprocess.Popen(command(name, quick), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     timeout = TIMEOUT[0 if quick else 1]
-    timed_out = False
+    out, timed_out = "", False
     try:
         out, _ = proc.communicate(timeout=timeout)
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)  # its `finally` drops its database and queues
-        try:
-            proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        raise
     except subprocess.TimeoutExpired:
         timed_out = True
-        proc.send_signal(signal.SIGINT)  # its `finally` drops its database and queues
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-    with open(log, "a") as f:
-        f.write(f"$ {' '.join(command(name, quick))}\n{out}\n")
+        out = _interrupt(proc)
+    except KeyboardInterrupt:
+        out = _interrupt(proc)
+        raise
+    finally:
+        with open(log, "a") as f:  # also what an interrupted script printed
+            f.write(f"$ {' '.join(command(name, quick))}\n{out}\n")
     figures = parse.PARSERS[name](out)
     if timed_out:
         figures["error"] = f"timed out after {timeout:.0f} s (stopped with SIGINT)"
