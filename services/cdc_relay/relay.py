@@ -170,6 +170,7 @@ class Relay:
         self._epoch += 1
         self._first_seq = self._epoch << SESSION_SEQ_BITS
         self._publisher.drop_stale()
+        metrics.IN_FLIGHT.set(0)  # what was in flight is Postgres' to send again, not ours to wait for
         if self._watching:
             with contextlib.suppress(Exception):
                 self._ioloop.remove_handler(self._fd)
