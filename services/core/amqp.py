@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def parameters(url: str, *, heartbeat: int = 30, name: str = "walfeed",
                blocked_connection_timeout: float | None = None) -> pika.URLParameters:
     """`blocked_connection_timeout`: close the connection when the broker has blocked it (resource alarm) for that
-    long, instead of waiting forever; None: the caller handles blocking itself."""
+    long, instead of waiting forever; None: never closed for being blocked."""
     params = pika.URLParameters(url)
     params.heartbeat = heartbeat
     params.blocked_connection_timeout = blocked_connection_timeout
@@ -37,19 +37,16 @@ def connect_with_retry(
     base: float = 0.5,
     cap: float = 15.0,
     should_stop: Callable[[], bool] = lambda: False,
-    blocked_connection_timeout: float | None = None,
 ) -> pika.BlockingConnection | None:
     """Connect, retrying with capped backoff while the broker is down (a booting broker is normal).
 
-    Returns None only when `should_stop()` becomes true while waiting. `blocked_connection_timeout`: close the
-    connection when the broker has blocked it (resource alarm) for that long, instead of waiting forever.
+    Returns None only when `should_stop()` becomes true while waiting.
     """
     attempt = 0
     while not should_stop():
         attempt += 1
         try:
-            params = parameters(url, heartbeat=heartbeat, name=name,
-                                blocked_connection_timeout=blocked_connection_timeout)
+            params = parameters(url, heartbeat=heartbeat, name=name)
             return pika.BlockingConnection(params)
         except pika.exceptions.AMQPError as exc:
             wait = backoff.delay(attempt, base, cap)
