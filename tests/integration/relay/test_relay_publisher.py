@@ -4,8 +4,10 @@ nobody takes is never reported confirmed. A small window is refilled by the acks
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import pika
 import pytest
@@ -18,9 +20,11 @@ from tests.harness.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
 
-def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(infra: Infra,
-                                                                               topology: Topology) -> None:
+
+def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(
+        infra: Infra, topology: Topology, amqp_extra_queues: list[str]) -> None:
     confirmed: list[Hashable] = []
     lock = threading.Lock()
 
@@ -42,18 +46,19 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(in
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
-    queue = f"{topology.prefix}.test.publisher"
+    observed = f"{topology.prefix}.test.publisher"
+    amqp_extra_queues.append(observed)
     try:
         channel = conn.channel()
         channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
-        channel.queue_declare(queue, auto_delete=False)
-        channel.queue_bind(queue, topology.events_exchange, "routed")
+        channel.queue_declare(observed, auto_delete=False)
+        channel.queue_bind(observed, topology.events_exchange, "routed")
         routed = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(500)]
         lost = [Outgoing("nobody", "nobody.listens", b"{}", "lost", "nobody.listens", 0)]
         publisher.submit(routed[:250] + lost)
         publisher.submit(routed[250:])
         eventually(lambda: len(confirmed) >= 500, timeout=30, what="500 confirms")
-        eventually(lambda: channel.queue_declare(queue, passive=True).method.message_count == 500, timeout=10,
+        eventually(lambda: channel.queue_declare(observed, passive=True).method.message_count == 500, timeout=10,
                    what="500 messages in the queue")
         with lock:
             assert sorted(confirmed, key=str) == sorted(range(500), key=str)  # each once, the unroutable never
@@ -61,9 +66,9 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(in
         watcher.join(5)
         assert 0 < most_unconfirmed[0] <= window
     finally:
+        watching.set()
         publisher.stop()
         publisher.join(10)
-        conn.channel().queue_delete(queue)
         conn.close()
     assert not publisher.is_alive()
 
@@ -75,55 +80,85 @@ def test_stop_during_the_broker_handshake_ends_cleanly(infra: Infra, topology: T
     for _ in range(20):
         publisher = PublisherThread(infra.amqp_url, topology, lambda _tokens: None, window=10)
         publisher.start()
-        # A peek at pika's private state, to aim at the race: the socket is connected, the handshake not over.
-        eventually(lambda p=publisher: (c := p._publisher._conn) is not None and c._transport is not None,  # type: ignore[misc]
-                   timeout=10, interval=0.0005, what="TCP connection up")
-        publisher.stop()
-        publisher.join(10)
+        try:
+            # A peek at pika's private state, to aim at the race: the socket is connected, the handshake not over.
+            eventually(lambda p=publisher: (c := p._publisher._conn) is not None and c._transport is not None,  # type: ignore[misc]
+                       timeout=10, interval=0.0005, what="TCP connection up")
+        finally:
+            publisher.stop()
+            publisher.join(10)
         assert not publisher.is_alive()
 
 
-def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: Topology) -> None:
+def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: Topology,
+                                                       amqp_extra_queues: list[str]) -> None:
     """Messages whose tokens went stale (the relay's, when a replication session ends) are never published again:
-    `drop_stale` drops those waiting, and one failing afterwards (returned: nobody takes it) is not retried. Shown
-    by the publisher holding nothing of them any more, so nothing can publish them; then a fresh message with the
-    same routing key, now routed, is the only one to arrive."""
+    `drop_stale` drops those waiting (ready, or retrying after a return), and those in flight are not published
+    again when they fail. Shown by the publisher holding nothing of them any more, so nothing can publish them; then
+    a fresh message with the same routing key, now routed, is the only one to arrive."""
     ioloop = IOLoop()
-    current: set[Hashable] = {f"u{i}" for i in range(20)} | set(range(50)) | {"fresh"}
+    current: set[Hashable] = set()
     confirmed: list[Hashable] = []
     publisher = Publisher(ioloop, infra.amqp_url, topology, confirmed.extend, window=8,
                           is_current=lambda token: token in current)
 
-    def loop() -> None:
+    def on_loop(call: Callable[[], T]) -> T:
+        """`call()` run on the publisher's loop (its state is the loop's), its result handed back."""
+        box: queue.Queue[T] = queue.Queue()
+        ioloop.add_callback_threadsafe(lambda: box.put(call()))
+        return box.get(timeout=10)
+
+    def held() -> int:
+        return on_loop(lambda: publisher.waiting + publisher.unconfirmed)
+
+    def unroutable(name: str, count: int) -> list[Outgoing]:
+        current.update(f"{name}{i}" for i in range(count))
+        return [Outgoing(f"{name}{i}", "nobody.yet", b"{}", f"{name}{i}", "nobody.yet", 0) for i in range(count)]
+
+    def session_ended(messages: list[Outgoing]) -> None:
+        current.difference_update(m.token for m in messages)
+        publisher.drop_stale()
+
+    def run() -> None:
         publisher.start()
         ioloop.start()
 
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     routed, late = f"{topology.prefix}.test.routed", f"{topology.prefix}.test.late"
-    channel = conn.channel()
+    amqp_extra_queues.extend([routed, late])
     try:
+        channel = conn.channel()
         channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
         channel.queue_declare(routed)
         channel.queue_bind(routed, topology.events_exchange, "routed")
-        unroutable = [Outgoing(f"u{i}", "nobody.yet", b"{}", f"u{i}", "nobody.yet", 0) for i in range(20)]
+        # 1. Returned, retrying with backoff, then stale: dropped from the retry heap (or on their next failure).
+        retrying = unroutable("u", 20)
+        current.update(range(50))
         messages = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(50)]
-        ioloop.add_callback_threadsafe(lambda: publisher.submit(unroutable + messages))
+        on_loop(lambda: publisher.submit(retrying + messages))
         eventually(lambda: len(confirmed) == 50, timeout=30, what="the routed messages confirmed")
-        assert publisher.waiting + publisher.unconfirmed > 0  # the unroutable ones: retried, with backoff
+        assert held() > 0  # the unroutable ones: retried, with backoff
+        on_loop(lambda: session_ended(retrying))
+        eventually(lambda: held() == 0, timeout=30, what="nothing of the stale messages held")
+        # 2. In flight (a full window) and ready (the rest) when they go stale: the ready ones dropped at once, the
+        # in-flight ones when they come back returned.
+        batch = unroutable("v", 12)
 
-        def session_ended() -> None:
-            current.difference_update(m.token for m in unroutable)
-            publisher.drop_stale()
+        def submit_then_end() -> tuple[int, int]:
+            publisher.submit(batch)
+            at_the_end = publisher.unconfirmed, publisher.waiting
+            session_ended(batch)
+            return at_the_end
 
-        ioloop.add_callback_threadsafe(session_ended)
-        eventually(lambda: publisher.waiting == 0 and publisher.unconfirmed == 0, timeout=30,
-                   what="nothing of the stale messages held")
+        assert on_loop(submit_then_end) == (8, 4)
+        eventually(lambda: held() == 0, timeout=30, what="nothing of the stale in-flight messages held")
+        # 3. Routed now: only a fresh message arrives.
         channel.queue_declare(late)
         channel.queue_bind(late, topology.events_exchange, "nobody.yet")
-        fresh = Outgoing("fresh", "nobody.yet", b"{}", "fresh", "nobody.yet", 0)
-        ioloop.add_callback_threadsafe(lambda: publisher.submit([fresh]))
+        current.add("fresh")
+        on_loop(lambda: publisher.submit([Outgoing("fresh", "nobody.yet", b"{}", "fresh", "nobody.yet", 0)]))
         eventually(lambda: "fresh" in confirmed, timeout=30, what="the fresh message confirmed")
         got = [channel.basic_get(late, auto_ack=True) for _ in range(2)]
         assert got[0][2] is not None and got[0][1].message_id == "fresh" and got[1][0] is None
@@ -131,8 +166,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
     finally:
         ioloop.add_callback_threadsafe(lambda: publisher.stop(ioloop.stop))
         thread.join(10)
-        ioloop.close()
-        for queue in (routed, late):
-            channel.queue_delete(queue)
+        if not thread.is_alive():
+            ioloop.close()
         conn.close()
     assert not thread.is_alive()
