@@ -16,7 +16,8 @@ from services.cdc_relay import wal2json
 
 log = logging.getLogger(__name__)
 
-_SESSION = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
+# The replication session's settings: wal2json prints values with them (the forms wal2json.fast_insert reads).
+SESSION = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
 _SLOT = "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s"
 
 # What a lost or refused Postgres connection raises: reconnect with backoff.
@@ -67,7 +68,7 @@ class ReplicationStream:
     def _start(self, slot: str, status_interval: float) -> None:
         # wal2json prints values with the session's settings: the canonical forms the parser's fast path expects
         # (any other form still parses, through the slower reference path).
-        self._cur.execute(_SESSION)
+        self._cur.execute(SESSION)
         # start_lsn 0: the server resumes after the slot's confirmed_flush_lsn, resending everything not confirmed.
         self._cur.start_replication(slot_name=slot, decode=False, options=wal2json.OPTIONS,
                                     status_interval=status_interval)

@@ -118,7 +118,6 @@ def test_the_fast_path_is_exactly_the_reference_path(moment: datetime, offset: i
     message = parse(raw)
     expected = reference(raw)
     assert message == expected
-    assert message.body == encode(outbox_event(orjson.loads(raw)["columns"]))
     escaped = any(c in '"\\' or ord(c) < 0x20 for c in aggregate_id + type)
     fast = fast_insert(raw)
     if not (upper or offset or escaped or claimed_by):
@@ -138,6 +137,7 @@ def test_other_tables_and_actions_are_ignored() -> None:
 
 
 @pytest.mark.parametrize("bad", [b"not json", b"[1]", insert(id=MISSING), insert(created_at="yesterday"),
+                                 insert(created_at="2026-02-30 10:00:00+00"),
                                  insert(payload="{broken"), insert(type=MISSING), insert(id="not-a-uuid"),
                                  insert(created_at=MISSING), insert(id=None),
                                  b'{"action":"I","schema":"public","table":"outbox",'

@@ -7,12 +7,11 @@ from __future__ import annotations
 import orjson
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
-from services.api import sql as api_sql
-from services.cdc_relay import wal2json
+from services.cdc_relay import stream, wal2json
 from services.cdc_relay.relay import outgoing
 from services.core import events as ev
+from tests.integration.worker import world
 
 pytestmark = pytest.mark.integration
 
@@ -25,13 +24,9 @@ def test_rows_written_by_the_api_take_the_fast_path(database_url: str, slot_name
                ev.Event.new(ev.POST_DELETED, "ünïcode-aggregate", {"post_id": 41, "author_id": 7})]
     with psycopg.connect(database_url) as conn:
         for event in written:
-            conn.execute(api_sql.INSERT_OUTBOX, {"id": event.id, "aggregatetype": event.aggregate_type,
-                                                 "aggregateid": event.aggregate_id, "type": event.type,
-                                                 "payload": Jsonb(event.payload)})
+            world.insert_outbox(conn, event)  # the API's own statement
         conn.commit()
-        # The replication session's settings (stream.py): wal2json prints values with them.
-        conn.execute("SET TimeZone TO 'UTC'")
-        conn.execute("SET DateStyle TO 'ISO, YMD'")
+        conn.execute(stream.SESSION)  # the relay's replication session settings
         options = [part for pair in wal2json.OPTIONS.items() for part in pair]
         rows = conn.execute(_PEEK, (slot_name, options)).fetchall()
 
@@ -40,8 +35,6 @@ def test_rows_written_by_the_api_take_the_fast_path(database_url: str, slot_name
     for raw, event in zip(inserts, written, strict=True):
         fast = wal2json.fast_insert(raw)
         assert fast is not None, f"the fast path does not read this layout: {raw!r}"
-        reference = wal2json.outbox_event(orjson.loads(raw)["columns"])
-        expected = outgoing(reference, None)
-        assert (fast.event_id, fast.type, fast.body, fast.timestamp) == (
-            expected.message_id, expected.type, expected.body, expected.timestamp)
+        reference = outgoing(wal2json.outbox_event(orjson.loads(raw)["columns"]), None)
+        assert fast == wal2json.Insert(reference.message_id, reference.type, reference.body, reference.timestamp)
         assert orjson.loads(fast.body)["payload"] == event.payload and fast.event_id == str(event.id)
