@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -20,6 +20,7 @@ from services.worker import policy
 from services.worker import sql as q
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONSUMER: Final = "fanout"  # processed_events.consumer of this worker
 # Followers per fan-out transaction: one set-based INSERT each, so no transaction holds locks for long.
@@ -63,10 +64,8 @@ class Effects:
             if _processed(conn, event.id):
                 return "duplicate"
             conn.execute(q.LOCK_AUTHOR_SHARED, {"author_id": author_id})
-            row = conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone()
-            if row is None:
-                _require_visible(conn, event)
-                row = conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone()
+            row = _read_when_visible(conn, event,
+                                     lambda: conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone())
             if row is None:
                 raise PostMissing(f"post {post_id} does not exist")
             if row["author_id"] != author_id:
@@ -119,10 +118,8 @@ class Effects:
             conn.execute(q.LOCK_AUTHOR, {"author_id": args["followee_id"]})
             if _processed(conn, event.id):
                 return "duplicate"
-            exists = conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None
-            if not exists:
-                _require_visible(conn, event)  # else the follow may simply not be visible yet
-                exists = conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None
+            exists = _read_when_visible(conn, event,
+                                        lambda: conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None)
             if not exists:
                 _mark(conn, event.id)
                 return "gone"
@@ -138,10 +135,7 @@ class Effects:
     def _follow_deleted(self, conn: Conn, event: ev.Event) -> str:
         with conn.transaction():
             conn.execute(q.LOCK_AUTHOR, {"author_id": event.payload["followee_id"]})
-            removed = conn.execute(q.UNFOLLOW, event.payload).rowcount
-            if not removed:
-                _require_visible(conn, event)  # else the unfollow may simply not be visible yet
-                removed = conn.execute(q.UNFOLLOW, event.payload).rowcount
+            removed = _read_when_visible(conn, event, lambda: conn.execute(q.UNFOLLOW, event.payload).rowcount)
         return "removed" if removed else "kept"
 
     def _trim_chunk(self, conn: Conn, author_id: int, after: int, last: int) -> None:
@@ -162,12 +156,21 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
     return len(conn.execute(q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}).fetchall())
 
 
-def _require_visible(conn: Conn, event: ev.Event) -> None:
-    """NotVisibleYet unless the event's transaction is visible (its own outbox row is, docs/adr/0022).
+def _read_when_visible(conn: Conn, event: ev.Event, read: Callable[[], T]) -> T:
+    """`read()`, trusted when it finds something; when it finds nothing (a falsy result: no row, no match), that
+    absence is trusted only once the event's own transaction is visible (its outbox row is, docs/adr/0022): else
+    NotVisibleYet, and the event is retried. Under READ COMMITTED every statement takes a new snapshot, so the first
+    read may predate the transaction becoming visible: it is read again after the check, which a later snapshot
+    passes only if it sees the transaction."""
+    found = read()
+    if not found:
+        _require_visible(conn, event)
+        found = read()
+    return found
 
-    Under READ COMMITTED every statement takes a new snapshot: a read made before this check may predate the
-    transaction becoming visible, so the caller reads the state again after it; a later snapshot sees it.
-    """
+
+def _require_visible(conn: Conn, event: ev.Event) -> None:
+    """NotVisibleYet unless the event's transaction is visible (its own outbox row is)."""
     if conn.execute(q.EVENT_VISIBLE, {"event_id": event.id}).fetchone() is None:
         raise NotVisibleYet(f"{event.type} {event.id}: its transaction is not visible yet")
 
