@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -47,18 +47,31 @@ class Requeue:
     """Not done, not failed: the process is stopping. Return the message to the queue as it was."""
 
 
+@dataclass(frozen=True, slots=True)
+class Large:
+    """Not settled yet: the post's audience is fanned out in chunks on the large fan-out threads, which settle it."""
+
+
 class Interrupted(Exception):  # a signal, not an error
     """Raised by a long handler between chunks when the process is stopping."""
 
 
 class Expected(Exception):
     """A failure the handler foresaw (a state it cannot act on yet): retried like any other, logged in one line
-    without a traceback, which is kept for the failures nobody foresaw."""
+    without a traceback, which is kept for the failures nobody foresaw. `attempts`, where a subclass sets it, is
+    the most tries this kind of failure gets (fewer than the policy's when waiting longer cannot help)."""
+
+    attempts: int | None = None
 
 
-Outcome = Ack | Retry | Dead | Requeue
+class Poison(Exception):
+    """A message that can never succeed however often it is tried: dead-lettered at once, with the reason."""
+
+
+Outcome = Ack | Retry | Dead | Requeue | Large
 ACK: Final = Ack()
 REQUEUE: Final = Requeue()
+LARGE: Final = Large()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +82,19 @@ class RetryPolicy:
 
     def after_failure(self, attempt: int, reason: str, rand: random.Random | None = None) -> Retry | Dead:
         """The message failed on try `attempt` (1-based): retry later, or give up into the dead queue."""
-        if attempt >= self.max_attempts:
+        return self._after(attempt, reason, self.max_attempts, rand)
+
+    def after_error(self, attempt: int, exc: BaseException, rand: random.Random | None = None) -> Retry | Dead:
+        """The outcome of a failure by its kind: Poison is dead at once, an Expected failure with a budget of its
+        own gets at most that many tries, anything else the policy's."""
+        if isinstance(exc, Poison):  # its message is the reason, as a malformed message's is
+            return Dead(reason_text(exc, with_type=False), attempt)
+        reason = reason_text(exc)
+        budget = exc.attempts if isinstance(exc, Expected) and exc.attempts is not None else self.max_attempts
+        return self._after(attempt, reason, min(budget, self.max_attempts), rand)
+
+    def _after(self, attempt: int, reason: str, max_attempts: int, rand: random.Random | None) -> Retry | Dead:
+        if attempt >= max_attempts:
             return Dead(f"attempts exhausted: {reason}", attempt)
         delay = backoff.delay(attempt, self.base, self.cap, rand)
         return Retry(attempt + 1, max(1, round(delay * 1000)), reason)
@@ -109,6 +134,20 @@ def backfill_floor(found: int, smallest: int | None, limit: int) -> int | None:
     return smallest if found > limit and smallest is not None else None
 
 
-def reason_text(exc: BaseException, limit: int = 500) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
+def ack_frames(unacked: Iterable[int], done: Collection[int]) -> list[tuple[int, bool]]:
+    """The basic.ack frames (delivery tag, multiple) that settle exactly `done`, given every tag the channel has
+    not settled yet in delivery order: one multiple ack for the longest run of the oldest unsettled tags that are
+    all done, then single acks for the rest (a multiple ack there would settle messages still being worked on)."""
+    prefix_end = None
+    for tag in unacked:
+        if tag not in done:
+            break
+        prefix_end = tag
+    frames = [] if prefix_end is None else [(prefix_end, True)]
+    frames += [(tag, False) for tag in sorted(done) if prefix_end is None or tag > prefix_end]
+    return frames
+
+
+def reason_text(exc: BaseException, limit: int = 500, *, with_type: bool = True) -> str:
+    text = (f"{type(exc).__name__}: {exc}" if with_type else str(exc)).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."

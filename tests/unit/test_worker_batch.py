@@ -1,0 +1,141 @@
+"""The batch worker's pure parts: which events are real, lock order, what to do with a post, ack frames, failure
+budgets, and the processor's isolation of a failing message (with a fake `apply`, no database)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.core import events as ev
+from services.worker import decide, policy
+from services.worker.policy import Dead, Retry, RetryPolicy
+from services.worker.processing import Message, Processor
+
+
+def post_created(post_id: int = 1, author_id: int = 2) -> ev.Event:
+    return ev.Event.new(ev.POST_CREATED, post_id, {"post_id": post_id, "author_id": author_id})
+
+
+def follow(event_type: str, follower: int, followee: int) -> ev.Event:
+    return ev.Event.new(event_type, f"{follower}:{followee}", {"follower_id": follower, "followee_id": followee})
+
+
+def test_an_event_is_real_only_if_its_outbox_row_says_the_same() -> None:
+    event = post_created()
+    assert decide.check(event, decide.Known(event.type, {"post_id": 1, "author_id": 2}, False)) is None
+    assert decide.check(event, decide.Known(event.type, {"post_id": 1, "author_id": 2, "extra": 9}, True)) is None
+    assert isinstance(decide.check(event, None), decide.NotVisibleYet)
+    assert isinstance(decide.check(event, decide.Known(None, None, False)), decide.NotVisibleYet)
+    forged = [decide.Known(ev.POST_DELETED, {"post_id": 1, "author_id": 2}, False),
+              decide.Known(event.type, {"post_id": 1, "author_id": 3}, False),
+              decide.Known(event.type, {"post_id": 1}, False)]
+    for known in forged:
+        failure = decide.check(event, known)
+        assert isinstance(failure, decide.Forged) and str(failure).startswith("not in outbox")
+
+
+def test_locks_are_sorted_and_exclusive_wins_over_shared() -> None:
+    events = [post_created(1, 9), follow(ev.FOLLOW_CREATED, 5, 3), post_created(2, 3), post_created(3, 7),
+              ev.Event.new(ev.POST_DELETED, 4, {"post_id": 4, "author_id": 7})]
+    assert decide.locks(events) == ([3, 7, 9], [True, True, False])
+    assert decide.locks([]) == ([], [])
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(ev.EVENT_TYPES)), st.integers(1, 20), st.integers(1, 20))))
+def test_any_two_batches_take_shared_keys_in_the_same_order(specs: list[tuple[str, int, int]]) -> None:
+    events = [ev.Event.new(t, 1, {"post_id": a, "author_id": b, "follower_id": a, "followee_id": b})
+              for t, a, b in specs]
+    keys, modes = decide.locks(events)
+    assert keys == sorted(set(keys)) and len(modes) == len(keys)
+    assert set(keys) == {decide.lock_author(e) for e in events}
+
+
+@pytest.mark.parametrize(("row", "push", "action"), [
+    (decide.PostRow(2, True, None, 5), None, decide.DELETED),
+    (decide.PostRow(2, False, False, 5), False, decide.PULLED),
+    (decide.PostRow(2, False, None, 10), True, decide.PUSHED),
+    (decide.PostRow(2, False, True, 11), True, decide.LARGE),
+])
+def test_post_action(row: decide.PostRow, push: bool | None, action: str) -> None:
+    assert decide.post_action(post_created(), row, push, batch_audience=10) == action
+
+
+def test_a_missing_post_or_another_author_is_inconsistent_data() -> None:
+    with pytest.raises(decide.PostMissing, match="does not exist"):
+        decide.post_action(post_created(), None, True, 10)
+    with pytest.raises(decide.PostMissing, match="has author 3"):
+        decide.post_action(post_created(), decide.PostRow(3, False, None, 1), True, 10)
+
+
+@given(st.lists(st.booleans(), max_size=30), st.integers(1, 1000))
+def test_ack_frames_settle_exactly_the_done_tags(done_flags: list[bool], first: int) -> None:
+    unacked = list(range(first, first + len(done_flags)))
+    done = {t for t, flag in zip(unacked, done_flags, strict=True) if flag}
+    frames = policy.ack_frames(unacked, done)
+    settled: set[int] = set()
+    for tag, multiple in frames:
+        settled |= {t for t in unacked if t <= tag} if multiple else {tag}
+    assert settled == done
+    assert sum(1 for _, multiple in frames if multiple) <= 1
+
+
+def test_ack_frames_use_one_multiple_ack_for_a_done_prefix() -> None:
+    assert policy.ack_frames([4, 5, 6, 7], {4, 5, 6, 7}) == [(7, True)]
+    assert policy.ack_frames([4, 5, 6, 7], {4, 5, 7}) == [(5, True), (7, False)]
+    assert policy.ack_frames([4, 5, 6, 7], {6}) == [(6, False)]
+
+
+def test_poison_is_dead_at_once_and_an_expected_failure_keeps_to_its_own_budget() -> None:
+    retry = RetryPolicy(max_attempts=8, base=0.1, cap=1.0)
+    event = post_created()
+    assert retry.after_error(1, decide.Forged(event)) == Dead(str(decide.Forged(event)), 1)
+    assert isinstance(retry.after_error(decide.NOT_IN_OUTBOX_ATTEMPTS - 1, decide.NotVisibleYet(event)), Retry)
+    outcome = retry.after_error(decide.NOT_IN_OUTBOX_ATTEMPTS, decide.NotVisibleYet(event))
+    assert isinstance(outcome, Dead) and outcome.reason.startswith("attempts exhausted: NotVisibleYet: not in outbox")
+    assert isinstance(retry.after_error(7, RuntimeError("x")), Retry)
+    assert isinstance(RetryPolicy(2, 0.1, 1.0).after_error(2, decide.NotVisibleYet(event)), Dead)
+
+
+class FakeApply:
+    """Applies a batch unless it holds a poison event (then the whole transaction fails, as a SQL error would)."""
+
+    def __init__(self, poison: set[uuid.UUID]) -> None:
+        self.poison = poison
+        self.calls: list[list[uuid.UUID]] = []
+
+    def __call__(self, events: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+        self.calls.append([e.id for e in events])
+        if any(e.id in self.poison for e in events):
+            raise ValueError("bigint out of range")
+        return {e.id: decide.LARGE if e.payload.get("post_id") == 99 else "pushed" for e in events}
+
+
+def test_a_failing_message_is_isolated_and_its_neighbours_are_acked() -> None:
+    good, bad, other = post_created(1), post_created(2), post_created(3)
+    apply = FakeApply({bad.id})
+    processor = Processor(apply, lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
+    messages = [Message(ev.encode(e), None) for e in (good, bad, other)] + [Message(b"{not json", None)]
+    results = processor.batch(messages)
+    assert [type(r.outcome) for r in results] == [policy.Ack, Retry, policy.Ack, Dead]
+    assert apply.calls == [[good.id, bad.id, other.id], [good.id], [bad.id], [other.id]]
+    assert results[1].label == "failed" and results[3].event_type == "malformed"
+
+
+def test_a_large_post_is_handed_on_and_its_continuation_settles_it() -> None:
+    large = post_created(99)
+    processor = Processor(FakeApply(set()), lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
+    result, = processor.batch([Message(ev.encode(large), None)])
+    assert result.outcome == policy.LARGE and result.event == large
+    assert processor.large(Message(ev.encode(large), None), large).outcome == policy.ACK
+
+
+def test_a_duplicate_message_in_one_batch_gets_the_same_outcome() -> None:
+    event = post_created()
+    apply = FakeApply(set())
+    processor = Processor(apply, lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
+    results = processor.batch([Message(ev.encode(event), None)] * 2)
+    assert [r.outcome for r in results] == [policy.ACK, policy.ACK]
