@@ -2,9 +2,11 @@
 
 | variable | default | meaning |
 |---|---|---|
-| `WALFEED_WORKER_CONCURRENCY` | `4` | handler threads in this process (several processes may share the queue) |
-| `WALFEED_WORKER_PREFETCH` | `2 x concurrency` | unacked messages handed to this process (>= concurrency) |
-| `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | handler attempts before a message goes to the dead queue |
+| `WALFEED_WORKER_CONCURRENCY` | `2` | batch threads in this process (several processes may share the queue) |
+| `WALFEED_WORKER_BATCH_SIZE` | `200` | most messages applied together in one transaction (docs/adr/0024) |
+| `WALFEED_WORKER_LARGE_CONCURRENCY` | `1` | threads fanning out posts whose audience is larger than a chunk |
+| `WALFEED_WORKER_PREFETCH` | `batch size x (concurrency + 1)` | unacked messages handed to this process |
+| `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | attempts before a message goes to the dead queue |
 | `WALFEED_WORKER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
 | `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
 | `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
@@ -21,6 +23,8 @@ from services.core.settings import Env, SettingsError
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     concurrency: int
+    batch_size: int
+    large_concurrency: int
     prefetch: int
     max_attempts: int
     retry_base: float
@@ -30,8 +34,11 @@ class WorkerSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
         env = Env(environ)
-        concurrency = env.int("WALFEED_WORKER_CONCURRENCY", 4, minimum=1, maximum=64)
-        prefetch = env.int("WALFEED_WORKER_PREFETCH", 2 * concurrency, minimum=1, maximum=10_000)
+        concurrency = env.int("WALFEED_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+        batch_size = env.int("WALFEED_WORKER_BATCH_SIZE", 200, minimum=1, maximum=5000)
+        # One batch waiting for each thread while the threads work: the next batch is ready when one finishes.
+        prefetch = env.int("WALFEED_WORKER_PREFETCH", min(65_535, batch_size * (concurrency + 1)),
+                           minimum=1, maximum=65_535)
         if prefetch < concurrency:
             raise SettingsError(
                 f"WALFEED_WORKER_PREFETCH={prefetch} is below WALFEED_WORKER_CONCURRENCY={concurrency}: "
@@ -42,6 +49,8 @@ class WorkerSettings:
             raise SettingsError(f"WALFEED_WORKER_RETRY_CAP={cap} is below WALFEED_WORKER_RETRY_BASE={base}")
         return cls(
             concurrency=concurrency,
+            batch_size=batch_size,
+            large_concurrency=env.int("WALFEED_WORKER_LARGE_CONCURRENCY", 1, minimum=1, maximum=64),
             prefetch=prefetch,
             max_attempts=env.int("WALFEED_WORKER_MAX_ATTEMPTS", 8, minimum=1, maximum=100),
             retry_base=base,

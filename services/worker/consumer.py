@@ -1,8 +1,11 @@
-"""Consume the fan-out queue on one broker connection with a pool of handler threads.
+"""Consume the fan-out queue on one broker connection: batches on a pool of threads, large fan-outs on another.
 
 pika's BlockingConnection is not thread-safe and only services heartbeats while this thread runs its I/O loop, so
-the database work runs in handler threads and every channel operation (publish, ack, nack) is handed back to the
+the database work runs in other threads and every channel operation (publish, ack, nack) is handed back to the
 connection thread with `add_callback_threadsafe` (pika's basic_consumer_threaded example).
+
+Batching takes what is there: deliveries wait in `ready` only while every batch thread is busy, and a free thread
+takes all of them (up to the batch size) at once. No timer waits for a batch to fill (docs/adr/0024).
 """
 
 from __future__ import annotations
@@ -10,102 +13,195 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
+from services.core.events import Event
 from services.core.topology import Topology
 from services.worker import broker, metrics, policy
-from services.worker.processing import Result
+from services.worker.processing import Message, Result
 
 log = logging.getLogger(__name__)
 
-Work = Callable[[bytes, Mapping[str, object] | None], Result]
 _IDLE_TICK = 0.25  # seconds between stop-flag checks while the I/O loop waits
 
 
-class Session:
-    """One connection's consumer. `run` returns after `stopping` is set and in-flight messages are settled;
-    it raises pika's errors when the connection is lost (the caller reconnects)."""
+class Work(Protocol):
+    """What the consumer hands messages to (processing.Processor)."""
 
-    def __init__(self, connection: pika.BlockingConnection, topology: Topology, work: Work,
-                 executor: ThreadPoolExecutor, prefetch: int, stopping: threading.Event) -> None:
+    def batch(self, messages: Sequence[Message]) -> list[Result]: ...
+
+    def large(self, message: Message, event: Event) -> Result: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    tag: int
+    props: pika.BasicProperties
+    body: bytes
+
+    @property
+    def message(self) -> Message:
+        return Message(self.body, self.props.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    batch_size: int  # most messages applied in one transaction
+    batches: int  # batch threads
+    prefetch: int  # unacked messages the broker hands this process
+
+
+class Session:
+    """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
+    returned; it raises pika's errors when the connection is lost (the caller reconnects)."""
+
+    def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
+                 batches: ThreadPoolExecutor, large: ThreadPoolExecutor, limits: Limits,
+                 stopping: threading.Event) -> None:
         self._conn = connection
         self._topology = topology
-        self._work = work
-        self._executor = executor
-        self._prefetch = prefetch
+        self._processor = processor
+        self._batches = batches
+        self._large = large
+        self._limits = limits
         self._stopping = stopping
-        self._in_flight: dict[int, Future[None]] = {}  # delivery tag -> handler task; touched by this thread only
+        # Touched by the connection thread only:
+        self._ready: deque[Delivery] = deque()  # delivered, waiting for a free batch thread
+        self._unsettled: dict[int, None] = {}  # every tag not acked or nacked yet, in delivery order
+        self._tasks: dict[Future[None], list[Delivery]] = {}  # batches and large fan-outs not settled yet
+        self._running_batches = 0
 
     def run(self) -> None:
         channel = self._conn.channel()
         broker.declare(channel, self._topology)
-        channel.basic_qos(prefetch_count=self._prefetch)
+        channel.basic_qos(prefetch_count=self._limits.prefetch)
         publisher = self._conn.channel()
         publisher.confirm_delivery()
         on_message = functools.partial(self._on_message, publisher)
         tag = channel.basic_consume(self._topology.fanout_queue, on_message, auto_ack=False)
-        log.info("consuming", extra={"queue": self._topology.fanout_queue, "prefetch": self._prefetch})
+        log.info("consuming", extra={"queue": self._topology.fanout_queue, "prefetch": self._limits.prefetch,
+                                     "batch_size": self._limits.batch_size})
         while not self._stopping.is_set():
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         channel.basic_cancel(tag)  # undispatched deliveries are returned to the queue by pika
         self._return_unstarted(channel)
-        while self._in_flight:
+        while self._tasks:
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         log.info("stopped consuming")
 
     def _on_message(self, publisher: BlockingChannel, channel: BlockingChannel, method: Basic.Deliver,
                     props: pika.BasicProperties, body: bytes) -> None:
-        tag = method.delivery_tag
-        self._in_flight[tag] = self._executor.submit(self._process, channel, publisher, tag, props, body)
+        self._unsettled[method.delivery_tag] = None
+        self._ready.append(Delivery(method.delivery_tag, props, body))
+        self._dispatch(channel, publisher)
 
-    def _process(self, channel: BlockingChannel, publisher: BlockingChannel, tag: int,
-                 props: pika.BasicProperties, body: bytes) -> None:
-        """Handler thread: the database work, then the settlement handed to the connection thread."""
-        result = self._work(body, props.headers)
-        settle = functools.partial(self._settle, channel, publisher, tag, props, body, result)
+    def _dispatch(self, channel: BlockingChannel, publisher: BlockingChannel) -> None:
+        """Hand what is ready to the free batch threads, at most a batch each."""
+        while self._ready and self._running_batches < self._limits.batches and not self._stopping.is_set():
+            batch = [self._ready.popleft() for _ in range(min(len(self._ready), self._limits.batch_size))]
+            self._running_batches += 1
+            self._start(self._batches.submit(self._process_batch, channel, publisher, batch), batch)
+
+    def _start(self, task: Future[None], deliveries: list[Delivery]) -> None:
+        self._tasks[task] = deliveries
+
+    def _process_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery]) -> None:
+        """Batch thread: the database work, then the settlement handed to the connection thread."""
+        results = self._processor.batch([d.message for d in batch])
+        self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
+
+    def _process_large(self, channel: BlockingChannel, publisher: BlockingChannel, held: list[Delivery],
+                       result: Result) -> None:
+        """Large fan-out thread: one post's audience in chunks, then its settlement."""
+        assert result.event is not None
+        done = self._processor.large(held[0].message, result.event)
+        self._hand_back(functools.partial(self._settle, channel, publisher, held, [done]))
+
+    def _hand_back(self, settle: functools.partial[None]) -> None:
         try:
             self._conn.add_callback_threadsafe(settle)
         except Exception as exc:  # connection gone: the broker redelivers, effects are idempotent
-            log.warning("cannot settle, connection lost", extra={"event_id": result.event_id, "error": repr(exc)})
+            log.warning("cannot settle, connection lost", extra={"error": repr(exc)})
 
-    def _settle(self, channel: BlockingChannel, publisher: BlockingChannel, tag: int,
-                props: pika.BasicProperties, body: bytes, result: Result) -> None:
-        """Connection thread: publish the retry copy or dead letter (confirmed), then ack the original."""
-        self._in_flight.pop(tag, None)
+    def _settle_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery],
+                      results: list[Result]) -> None:
+        self._running_batches -= 1
+        metrics.BATCH_SIZE.observe(len(batch))
+        self._settle(channel, publisher, batch, results)
+        self._dispatch(channel, publisher)
+
+    def _settle(self, channel: BlockingChannel, publisher: BlockingChannel, deliveries: Sequence[Delivery],
+                results: Sequence[Result]) -> None:
+        """Connection thread: publish retry copies and dead letters (confirmed), then ack the rest together;
+        messages with a large audience go on to the large fan-out threads."""
+        self._forget(deliveries)
+        acked: set[int] = set()
+        for delivery, result in zip(deliveries, results, strict=True):
+            outcome = result.outcome
+            if isinstance(outcome, policy.Large) and not self._stopping.is_set():
+                held = [delivery]
+                self._start(self._large.submit(self._process_large, channel, publisher, held, result), held)
+                continue
+            if isinstance(outcome, policy.Requeue | policy.Large) or not self._publish_outcome(
+                    publisher, delivery, result):
+                channel.basic_nack(delivery.tag, requeue=True)
+                del self._unsettled[delivery.tag]
+                continue
+            acked.add(delivery.tag)
+            metrics.observe(result)
+        for tag, multiple in policy.ack_frames(self._unsettled, acked):
+            channel.basic_ack(tag, multiple=multiple)
+        for tag in acked:
+            del self._unsettled[tag]
+
+    def _forget(self, deliveries: Sequence[Delivery]) -> None:
+        for task, held in list(self._tasks.items()):
+            if held is deliveries:
+                del self._tasks[task]
+                return
+
+    def _publish_outcome(self, publisher: BlockingChannel, delivery: Delivery, result: Result) -> bool:
+        """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
         outcome = result.outcome
-        context = {"event_id": result.event_id or props.message_id, "type": result.event_type}
-        if isinstance(outcome, policy.Requeue):
-            channel.basic_nack(tag, requeue=True)
-            return
+        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type}
+        if not isinstance(outcome, policy.Retry | policy.Dead):
+            return True
         try:
-            if not isinstance(outcome, policy.Ack):
-                broker.publish_outcome(publisher, self._topology, outcome, body, props)
+            broker.publish_outcome(publisher, self._topology, outcome, delivery.body, delivery.props)
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
             log.error("retry/dead publish refused, requeueing", extra={**context, "error": repr(exc)})
-            channel.basic_nack(tag, requeue=True)
-            return
-        channel.basic_ack(tag)
+            return False
         if isinstance(outcome, policy.Retry):
             log.info("retry scheduled", extra={**context, "attempt": outcome.attempt, "delay_ms": outcome.delay_ms,
                                                "reason": outcome.reason})
-        elif isinstance(outcome, policy.Dead):
+        else:
             log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
-        metrics.observe(result)
+        return True
 
     def _return_unstarted(self, channel: BlockingChannel) -> None:
-        for tag, future in list(self._in_flight.items()):
-            if future.cancel():
-                del self._in_flight[tag]
-                channel.basic_nack(tag, requeue=True)
+        """Stopping: every message not being worked on goes back to the queue as it was."""
+        returned = list(self._ready)
+        self._ready.clear()
+        for task, held in list(self._tasks.items()):
+            if task.cancel():
+                del self._tasks[task]
+                returned.extend(held)
+        for delivery in sorted(returned, key=lambda d: d.tag):
+            channel.basic_nack(delivery.tag, requeue=True)
+            del self._unsettled[delivery.tag]
 
     def abandon(self) -> None:
         """After a connection loss: drop tasks not started (the broker redelivers them), let running ones finish."""
-        for future in self._in_flight.values():
-            future.cancel()
-        self._in_flight.clear()
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self._ready.clear()

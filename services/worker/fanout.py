@@ -1,40 +1,38 @@
-"""The critical effects of each event on the database (retried on failure). Adapter: psycopg 3 + the SQL in sql.py.
+"""The database effects of the fan-out (docs/adr/0022, 0024). Adapter: psycopg 3 + the SQL in sql.py; the
+decisions are decide.py's and policy.py's.
 
-Every effect is idempotent and re-checks current state inside a transaction that holds the author's advisory
-lock, so duplicates and reordering converge (docs/adr/0022). Returns a short label of what was done.
+`Effects.apply` applies a batch of events in one transaction with a constant number of set-based statements per
+event type: the author locks in one global order, one lookup of the events' outbox rows and processed records,
+then the effects of each type, each re-checking current state. A post whose audience is larger than a chunk is
+not fanned out in the batch: `fan_out_large` does it in chunks of followers, one short transaction each.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 
 import psycopg
+from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
 from services.core import events as ev
 from services.core.feed import BACKFILL_LIMIT, TIMELINE_CAP
-from services.worker import policy
+from services.worker import decide, policy
 from services.worker import sql as q
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CONSUMER: Final = "fanout"  # processed_events.consumer of this worker
-# Followers per fan-out transaction: one set-based INSERT each, so no transaction holds locks for long.
+# Followers per fan-out transaction of a large post, and the largest audience a batch fans out itself: a batch of
+# small posts is never held behind a large one (those are fanned out apart, on their own threads).
 FANOUT_CHUNK_SIZE: Final = 1000
 
 Conn = psycopg.Connection[Any]
-
-
-class PostMissing(policy.Expected):
-    """post.created names a post that does not exist: the data is inconsistent; retried, then dead-lettered."""
-
-
-class NotVisibleYet(policy.Expected):
-    """The event's transaction is not visible to this worker yet (see sql.EVENT_VISIBLE): retried shortly."""
+Applied = str | policy.Expected | policy.Poison  # per event: what was done, or why it was not
 
 
 class Effects:
@@ -46,38 +44,136 @@ class Effects:
         self._threshold = celebrity_threshold
         self._chunk = chunk_size
         self._cap = cap
-        self._handlers: dict[str, Callable[[Conn, ev.Event], str]] = {
-            ev.POST_CREATED: self._post_created,
-            ev.POST_DELETED: self._post_deleted,
-            ev.FOLLOW_CREATED: self._follow_created,
-            ev.FOLLOW_DELETED: self._follow_deleted,
-        }
 
     def handle(self, event: ev.Event) -> str:
-        with self._pool.connection() as conn:
-            return self._handlers[event.type](conn, event)
+        """One event on its own, large fan-out included: what was done, or its failure raised."""
+        done = self.apply([event])[event.id]
+        if isinstance(done, Exception):
+            raise done
+        return self.fan_out_large(event) if done == decide.LARGE else done
 
-    # post.created: decide once, then push in chunks (or nothing, for a pulled post).
-    def _post_created(self, conn: Conn, event: ev.Event) -> str:
-        post_id, author_id = event.payload["post_id"], event.payload["author_id"]
+    def apply(self, events: Iterable[ev.Event]) -> dict[uuid.UUID, Applied]:
+        """Apply a batch in one transaction. Per event id: a label of what was done (decide.LARGE: the audience is
+        still to be fanned out by `fan_out_large`), or the failure of that event alone. Raises if the transaction
+        fails: nothing of the batch was applied."""
+        unique = decide.by_id(events)
+        if not unique:
+            return {}
+        with self._pool.connection() as conn:
+            return self._apply(conn, unique)
+
+    def _apply(self, conn: Conn, unique: dict[uuid.UUID, ev.Event]) -> dict[uuid.UUID, Applied]:
+        done: dict[uuid.UUID, Applied] = {}
+        keys, exclusive = decide.locks(unique.values())
         with conn.transaction():
-            if _processed(conn, event.id):
-                return "duplicate"
-            conn.execute(q.LOCK_AUTHOR_SHARED, {"author_id": author_id})
-            row = _read_when_visible(conn, event,
-                                     lambda: conn.execute(q.POST_FOR_FANOUT, {"post_id": post_id}).fetchone())
-            if row is None:
-                raise PostMissing(f"post {post_id} does not exist")
-            if row["author_id"] != author_id:
-                raise PostMissing(f"post {post_id} has author {row['author_id']}, the event says {author_id}")
-            if row["deleted"]:
-                _mark(conn, event.id)
-                return "deleted"
-            pushed = self._decide(conn, post_id, row["fanned_out"], row["follower_count"])
-            if not pushed:
-                _mark(conn, event.id)
-                return "pulled"
-            conn.execute(q.INSERT_OWN, {"post_id": post_id})
+            conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
+            known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in conn.execute(
+                q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list(unique)})}
+            real: dict[str, list[ev.Event]] = defaultdict(list)
+            for event_id, event in unique.items():
+                failure = decide.check(event, known.get(event_id))
+                if failure is not None:
+                    done[event_id] = failure
+                elif known[event_id].processed:
+                    done[event_id] = "duplicate"
+                else:
+                    real[event.type].append(event)
+            trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
+            self._posts_deleted(conn, real[ev.POST_DELETED], done)
+            self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
+            self._follows_deleted(conn, real[ev.FOLLOW_DELETED], done)
+        if trim_due:
+            self._trim_audiences(conn, trim_due)
+        log.debug("batch applied", extra={"events": len(unique), "pushed": pushed})
+        return done
+
+    def _posts_created(self, conn: Conn, events: list[ev.Event],
+                       done: dict[uuid.UUID, Applied]) -> tuple[set[int], int]:
+        """Decide push or pull once per post, fan small audiences out, mark what is finished. Returns the authors
+        whose recipients are due a trim, and how many posts were pushed."""
+        if not events:
+            return set(), 0
+        rows = {r["id"]: decide.PostRow(r["author_id"], r["deleted"], r["fanned_out"], r["follower_count"])
+                for r in conn.execute(q.POSTS_FOR_FANOUT, {"post_ids": [e.payload["post_id"] for e in events]})}
+        proposed: dict[int, bool] = {}
+        for event in events:
+            row = rows.get(event.payload["post_id"])
+            if row is not None and row.fanned_out is None and not row.deleted:
+                proposed[event.payload["post_id"]] = policy.push(row.follower_count, self._threshold)
+        decisions = self._record_decisions(conn, proposed)
+        for event in events:
+            post_id = event.payload["post_id"]
+            row = rows.get(post_id)
+            try:
+                done[event.id] = decide.post_action(
+                    event, row, decisions.get(post_id, row.fanned_out if row else None), self._chunk)
+            except decide.PostMissing as exc:
+                done[event.id] = exc
+        pushed = [e for e in events if done[e.id] == decide.PUSHED]
+        own = [e.payload["post_id"] for e in events if done[e.id] in (decide.PUSHED, decide.LARGE)]
+        if own:
+            conn.execute(q.FANOUT_BATCH, {"fan_out": [e.payload["post_id"] for e in pushed], "own": own})
+        _mark(conn, [e.id for e in events if done[e.id] in (decide.PUSHED, decide.PULLED, decide.DELETED)])
+        trim_due = {e.payload["author_id"] for e in pushed if policy.should_trim(e.payload["post_id"])}
+        return trim_due, len(pushed)
+
+    def _record_decisions(self, conn: Conn, proposed: dict[int, bool]) -> dict[int, bool]:
+        """Record the proposed decisions of undecided posts; a post decided meanwhile keeps its recorded one."""
+        if not proposed:
+            return {}
+        ids = sorted(proposed)
+        recorded = {r["id"] for r in conn.execute(
+            q.RECORD_DECISIONS, {"post_ids": ids, "push": [proposed[i] for i in ids]})}
+        decisions = {i: proposed[i] for i in recorded}
+        raced = [i for i in ids if i not in recorded]
+        if raced:
+            decisions |= {r["id"]: bool(r["fanned_out"]) for r in conn.execute(q.READ_DECISIONS, {"post_ids": raced})}
+        return decisions
+
+    def _posts_deleted(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+        if events:
+            conn.execute(q.DELETE_POSTS, {"post_ids": sorted({e.payload["post_id"] for e in events})})
+            done.update({e.id: "removed" for e in events})
+
+    def _follows_created(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+        """Backfill the follows that exist now, raise floors where older posts exist, trim, mark all processed."""
+        if not events:
+            return
+        followers, followees = _pairs(events)
+        floors: dict[int, int] = {}
+        existing = set()
+        for r in conn.execute(q.BACKFILL, {"followers": followers, "followees": followees, "limit": BACKFILL_LIMIT}):
+            existing.add((r["follower_id"], r["followee_id"]))
+            floor = policy.backfill_floor(r["found"], r["smallest"], BACKFILL_LIMIT)
+            if floor is not None:
+                floors[r["follower_id"]] = max(floor, floors.get(r["follower_id"], floor))
+        if floors:
+            users = sorted(floors)
+            conn.execute(q.RAISE_FLOORS, {"user_ids": users, "floors": [floors[u] for u in users]})
+        trim(conn, sorted({f for f, _ in existing}), self._cap)
+        _mark(conn, [e.id for e in events])
+        done.update({e.id: "backfilled" if _pair(e) in existing else "gone" for e in events})
+
+    def _follows_deleted(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+        if not events:
+            return
+        followers, followees = _pairs(events)
+        removed = {(r["user_id"], r["author_id"]) for r in conn.execute(
+            q.UNFOLLOW, {"followers": followers, "followees": followees})}
+        done.update({e.id: "removed" if _pair(e) in removed else "kept" for e in events})
+
+    def _trim_audiences(self, conn: Conn, authors: set[int]) -> None:
+        self._trim_followers(conn, q.FOLLOWERS_OF, {"author_ids": sorted(authors)})
+
+    def fan_out_large(self, event: ev.Event) -> str:
+        """The audience of a pushed post larger than a chunk (its decision and own row are recorded by `apply`), in
+        chunks of followers, one short transaction each under the author's shared lock. Marked processed with the
+        last chunk; stopping between chunks raises policy.Interrupted and the redelivery resumes idempotently."""
+        with self._pool.connection() as conn:
+            return self._fan_out_chunks(conn, event)
+
+    def _fan_out_chunks(self, conn: Conn, event: ev.Event) -> str:
+        post_id, author_id = event.payload["post_id"], event.payload["author_id"]
         after = 0
         while True:
             with conn.transaction():
@@ -85,68 +181,26 @@ class Effects:
                 args = {"author_id": author_id, "post_id": post_id, "after": after, "limit": self._chunk}
                 chunk = conn.execute(q.FANOUT_CHUNK, args).fetchone()
                 assert chunk is not None
-                done = not chunk["alive"] or chunk["n"] < self._chunk
-                if done:
-                    _mark(conn, event.id)
+                finished = not chunk["alive"] or chunk["n"] < self._chunk
+                if finished:
+                    _mark(conn, [event.id])
             if chunk["n"] and policy.should_trim(post_id):
-                self._trim_chunk(conn, author_id, after, chunk["last"])
-            if done:
-                return "pushed" if chunk["alive"] else "deleted"
+                self._trim_followers(conn, q.CHUNK_FOLLOWERS,
+                                     {"author_id": author_id, "after": after, "last": chunk["last"]})
+            if finished:
+                return decide.PUSHED if chunk["alive"] else decide.DELETED
             after = chunk["last"]
             if self._should_stop():
-                raise policy.Interrupted(f"stopping after follower {after}")  # resumes idempotently on redelivery
+                raise policy.Interrupted(f"stopping after follower {after}")
 
-    def _decide(self, conn: Conn, post_id: int, recorded: bool | None, follower_count: int) -> bool:
-        if recorded is not None:
-            return recorded
-        push = policy.push(follower_count, self._threshold)
-        if conn.execute(q.RECORD_DECISION, {"post_id": post_id, "push": push}).fetchone() is None:
-            decided = conn.execute(q.READ_DECISION, {"post_id": post_id}).fetchone()
-            assert decided is not None and decided["fanned_out"] is not None
-            return bool(decided["fanned_out"])
-        return push
-
-    def _post_deleted(self, conn: Conn, event: ev.Event) -> str:
-        with conn.transaction():
-            conn.execute(q.LOCK_AUTHOR, {"author_id": event.payload["author_id"]})
-            conn.execute(q.DELETE_POST, {"post_id": event.payload["post_id"]})
-        return "removed"
-
-    def _follow_created(self, conn: Conn, event: ev.Event) -> str:
-        args = dict(event.payload)
-        with conn.transaction():
-            conn.execute(q.LOCK_AUTHOR, {"author_id": args["followee_id"]})
-            if _processed(conn, event.id):
-                return "duplicate"
-            exists = _read_when_visible(conn, event,
-                                        lambda: conn.execute(q.FOLLOW_EXISTS, args).fetchone() is not None)
-            if not exists:
-                _mark(conn, event.id)
-                return "gone"
-            _mark(conn, event.id)
-            found = conn.execute(q.BACKFILL, {**args, "limit": BACKFILL_LIMIT}).fetchone()
-            assert found is not None
-            floor = policy.backfill_floor(found["found"], found["smallest"], BACKFILL_LIMIT)
-            if floor is not None:
-                conn.execute(q.RAISE_FLOOR, {"floor": floor, "user_id": args["follower_id"]})
-            trim(conn, [args["follower_id"]], self._cap)
-        return "backfilled"
-
-    def _follow_deleted(self, conn: Conn, event: ev.Event) -> str:
-        with conn.transaction():
-            conn.execute(q.LOCK_AUTHOR, {"author_id": event.payload["followee_id"]})
-            removed = _read_when_visible(conn, event, lambda: conn.execute(q.UNFOLLOW, event.payload).rowcount)
-        return "removed" if removed else "kept"
-
-    def _trim_chunk(self, conn: Conn, author_id: int, after: int, last: int) -> None:
-        """Best effort: a failed trim leaves a timeline a little over the cap until its next trim."""
+    def _trim_followers(self, conn: Conn, followers: SQL, args: dict[str, Any]) -> None:
+        """Best effort, after the fan-out committed: trim the users `followers` selects. A failed trim leaves
+        timelines a little over the cap until the next one (docs/adr/0023)."""
         try:
             with conn.transaction():
-                users = [r["follower_id"] for r in conn.execute(
-                    q.CHUNK_FOLLOWERS, {"author_id": author_id, "after": after, "last": last})]
-                trim(conn, users, self._cap)
+                trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
         except psycopg.errors.DeadlockDetected as exc:
-            log.warning("timeline trim skipped", extra={"author_id": author_id, "error": repr(exc)})
+            log.warning("timeline trim skipped", extra={"error": repr(exc)})
 
 
 def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
@@ -156,28 +210,16 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
     return len(conn.execute(q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}).fetchall())
 
 
-def _read_when_visible(conn: Conn, event: ev.Event, read: Callable[[], T]) -> T:
-    """`read()`, trusted when it finds something; when it finds nothing (a falsy result: no row, no match), that
-    absence is trusted only once the event's own transaction is visible (its outbox row is, docs/adr/0022): else
-    NotVisibleYet, and the event is retried. Under READ COMMITTED every statement takes a new snapshot, so the first
-    read may predate the transaction becoming visible: it is read again after the check, which a later snapshot
-    passes only if it sees the transaction."""
-    found = read()
-    if not found:
-        _require_visible(conn, event)
-        found = read()
-    return found
+def _pair(event: ev.Event) -> tuple[int, int]:
+    return event.payload["follower_id"], event.payload["followee_id"]
 
 
-def _require_visible(conn: Conn, event: ev.Event) -> None:
-    """NotVisibleYet unless the event's transaction is visible (its own outbox row is)."""
-    if conn.execute(q.EVENT_VISIBLE, {"event_id": event.id}).fetchone() is None:
-        raise NotVisibleYet(f"{event.type} {event.id}: its transaction is not visible yet")
+def _pairs(events: list[ev.Event]) -> tuple[list[int], list[int]]:
+    """The distinct (follower, followee) pairs of follow events, sorted, as two arrays for unnest."""
+    pairs = sorted({_pair(e) for e in events})
+    return [f for f, _ in pairs], [e for _, e in pairs]
 
 
-def _processed(conn: Conn, event_id: uuid.UUID) -> bool:
-    return conn.execute(q.ALREADY_PROCESSED, {"consumer": CONSUMER, "event_id": event_id}).fetchone() is not None
-
-
-def _mark(conn: Conn, event_id: uuid.UUID) -> None:
-    conn.execute(q.MARK_PROCESSED, {"consumer": CONSUMER, "event_id": event_id})
+def _mark(conn: Conn, event_ids: list[uuid.UUID]) -> None:
+    if event_ids:
+        conn.execute(q.MARK_PROCESSED_MANY, {"consumer": CONSUMER, "ids": event_ids})

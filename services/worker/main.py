@@ -1,8 +1,9 @@
 """`walfeed worker`: wiring of the fan-out consumer (settings in services/worker/config.py).
 
 Connects to Postgres (pool) and RabbitMQ (retried with backoff at start and after a loss), consumes
-`{prefix}.fanout` with WALFEED_WORKER_CONCURRENCY handler threads. SIGTERM/SIGINT: stop consuming, let running
-handlers finish (a long fan-out stops between chunks and its message is returned), exit 0.
+`{prefix}.fanout` in batches on WALFEED_WORKER_CONCURRENCY threads, and fans out large audiences on
+WALFEED_WORKER_LARGE_CONCURRENCY more. SIGTERM/SIGINT: stop consuming, return what is not started, let running
+batches finish (a large fan-out stops between chunks and its message is returned), exit 0.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from services.core.settings import Settings
 from services.core.topology import Topology
 from services.worker import metrics
 from services.worker.config import WorkerSettings
-from services.worker.consumer import Session
+from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
 from services.worker.policy import RetryPolicy
 from services.worker.processing import Processor
@@ -44,19 +45,24 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGINT, _stop)
     metrics.serve(worker.metrics_port)
     topology = Topology(settings.amqp_prefix)
-    pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency, name="walfeed-worker")
+    pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
+                     name="walfeed-worker")
     pool.open()
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
-    processor = Processor(effects.handle, RetryPolicy(worker.max_attempts, worker.retry_base, worker.retry_cap))
-    log.info("worker starting", extra={"concurrency": worker.concurrency, "prefetch": worker.prefetch,
-                                       "max_attempts": worker.max_attempts, "prefix": settings.amqp_prefix})
+    processor = Processor(effects.apply, effects.fan_out_large,
+                          RetryPolicy(worker.max_attempts, worker.retry_base, worker.retry_cap))
+    limits = Limits(worker.batch_size, worker.concurrency, worker.prefetch)
+    log.info("worker starting", extra={"concurrency": worker.concurrency, "batch_size": worker.batch_size,
+                                       "prefetch": worker.prefetch, "max_attempts": worker.max_attempts,
+                                       "prefix": settings.amqp_prefix})
     try:
-        with ThreadPoolExecutor(worker.concurrency, thread_name_prefix="fanout") as executor:
+        with ThreadPoolExecutor(worker.concurrency, thread_name_prefix="batch") as batches, \
+                ThreadPoolExecutor(worker.large_concurrency, thread_name_prefix="large") as large:
             while not stopping.is_set():
                 conn = connect_with_retry(settings.amqp_url, name="walfeed-worker", should_stop=stopping.is_set)
                 if conn is None:
                     break
-                session = Session(conn, topology, processor, executor, worker.prefetch, stopping)
+                session = Session(conn, topology, processor, batches, large, limits, stopping)
                 try:
                     session.run()
                 except pika.exceptions.AMQPError as exc:

@@ -1,23 +1,33 @@
-"""One message in, one outcome out: classify, run the critical effects, then the best-effort hooks.
+"""Messages in, one outcome per message out: classify, apply the batch's database effects, settle each message on
+its own by what happened to its event.
 
-The split is explicit: `handle` (database effects) failing means retry; a best-effort hook failing is logged
-and counted, and the message is still acknowledged.
+The split is explicit: the effects failing means retry (for the failing message only: a batch whose transaction
+fails is applied again one message at a time, so a poison message retries and dead-letters alone); a best-effort
+hook failing is logged and counted, and the message is still acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from services.core.events import Event
-from services.worker import policy
+from services.worker import decide, policy
 
 log = logging.getLogger(__name__)
 
-Handle = Callable[[Event], str]
+Apply = Callable[[list[Event]], Mapping[uuid.UUID, "str | Exception"]]
+FanOutLarge = Callable[[Event], str]
 BestEffortHook = Callable[[Event, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    body: bytes
+    headers: Mapping[str, object] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,37 +37,80 @@ class Result:
     event_id: str | None
     label: str  # what the handler did, or why it failed
     seconds: float
+    event: Event | None = None  # the decoded event, for a Large outcome's continuation
 
 
 class Processor:
-    def __init__(self, handle: Handle, retry: policy.RetryPolicy, best_effort: Sequence[BestEffortHook] = ()) -> None:
-        self._handle = handle
+    def __init__(self, apply: Apply, fan_out_large: FanOutLarge, retry: policy.RetryPolicy,
+                 best_effort: Sequence[BestEffortHook] = ()) -> None:
+        self._apply = apply
+        self._fan_out_large = fan_out_large
         self._retry = retry
         self._best_effort = tuple(best_effort)
 
-    def __call__(self, body: bytes, headers: Mapping[str, object] | None) -> Result:
+    def batch(self, messages: Sequence[Message]) -> list[Result]:
+        """One result per message, in order. The decodable ones are applied together in one transaction."""
         started = time.monotonic()
-        attempt = policy.attempt_of(headers)
-        parsed = policy.classify(body, attempt)
-        if isinstance(parsed, policy.Dead):
-            log.warning("malformed message", extra={"reason": parsed.reason})
-            return Result(parsed, "malformed", None, "malformed", time.monotonic() - started)
-        context = {"event_id": str(parsed.id), "type": parsed.type, "attempt": attempt}
+        parsed = [policy.classify(m.body, policy.attempt_of(m.headers)) for m in messages]
+        events = [p for p in parsed if isinstance(p, Event)]
+        done = self._apply_isolating(events)
+        seconds = (time.monotonic() - started) / max(1, len(messages))
+        results = []
+        for message, item in zip(messages, parsed, strict=True):
+            if isinstance(item, policy.Dead):
+                log.warning("malformed message", extra={"reason": item.reason})
+                results.append(Result(item, "malformed", None, "malformed", seconds))
+            else:
+                results.append(self._settle(item, policy.attempt_of(message.headers), done[item.id], seconds))
+        return results
+
+    def large(self, message: Message, event: Event) -> Result:
+        """The continuation of a Large outcome: the post's audience in chunks, on a large fan-out thread."""
+        started = time.monotonic()
+        attempt = policy.attempt_of(message.headers)
         try:
-            label = self._handle(parsed)  # critical: the database effects, committed when this returns
+            label: str | Exception = self._fan_out_large(event)
         except policy.Interrupted:
-            log.info("handler interrupted, returning the message", extra=context)
-            return Result(policy.REQUEUE, parsed.type, str(parsed.id), "interrupted", time.monotonic() - started)
+            log.info("fan-out interrupted, returning the message", extra={"event_id": str(event.id)})
+            return Result(policy.REQUEUE, event.type, str(event.id), "interrupted", time.monotonic() - started)
         except Exception as exc:  # any handler bug becomes a retry, never a dead consumer
-            reason = policy.reason_text(exc)
-            outcome = self._retry.after_failure(attempt, reason)
-            log.warning("handler failed", exc_info=not isinstance(exc, policy.Expected),
-                        extra={**context, "outcome": type(outcome).__name__, "error": reason})
-            return Result(outcome, parsed.type, str(parsed.id), "failed", time.monotonic() - started)
+            label = exc
+        return self._settle(event, attempt, label, time.monotonic() - started)
+
+    def _apply_isolating(self, events: list[Event]) -> Mapping[uuid.UUID, str | Exception]:
+        """The batch in one transaction; if that transaction fails, each event in a transaction of its own, so a
+        failure stays with the message that causes it."""
+        if not events:
+            return {}
+        try:
+            return self._apply(events)
+        except Exception as exc:
+            if len(events) == 1:
+                return {events[0].id: exc}
+            log.warning("batch failed, applying its events one at a time",
+                        extra={"events": len(events), "error": policy.reason_text(exc)})
+        done: dict[uuid.UUID, str | Exception] = {}
+        for event in events:
+            try:
+                done.update(self._apply([event]))
+            except Exception as exc:
+                done[event.id] = exc
+        return done
+
+    def _settle(self, event: Event, attempt: int, done: str | Exception, seconds: float) -> Result:
+        context = {"event_id": str(event.id), "type": event.type, "attempt": attempt}
+        if isinstance(done, Exception):
+            outcome = self._retry.after_error(attempt, done)
+            foreseen = isinstance(done, policy.Expected | policy.Poison)
+            log.warning("handler failed", exc_info=None if foreseen else done,
+                        extra={**context, "outcome": type(outcome).__name__, "error": policy.reason_text(done)})
+            return Result(outcome, event.type, str(event.id), "failed", seconds)
+        if done == decide.LARGE:
+            return Result(policy.LARGE, event.type, str(event.id), done, seconds, event)
         for hook in self._best_effort:
             try:
-                hook(parsed, label)
+                hook(event, done)
             except Exception:  # best effort by definition
                 log.warning("best-effort hook failed", exc_info=True, extra={**context, "hook": repr(hook)})
-        log.debug("event applied", extra={**context, "action": label})
-        return Result(policy.ACK, parsed.type, str(parsed.id), label, time.monotonic() - started)
+        log.debug("event applied", extra={**context, "action": done})
+        return Result(policy.ACK, event.type, str(event.id), done, seconds)

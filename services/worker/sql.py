@@ -6,29 +6,107 @@ from psycopg import sql
 
 # Per-author advisory transaction locks (key = the author's user id). Fan-out chunks share the lock; events that
 # remove or add an author's rows in someone's timeline take it exclusively, so they serialize with chunks.
+# A large post's chunks take it one at a time, in their own transactions.
 LOCK_AUTHOR_SHARED: Final = sql.SQL("SELECT pg_advisory_xact_lock_shared(%(author_id)s)")
-LOCK_AUTHOR: Final = sql.SQL("SELECT pg_advisory_xact_lock(%(author_id)s)")
 
-ALREADY_PROCESSED: Final = sql.SQL(
-    "SELECT 1 FROM processed_events WHERE consumer = %(consumer)s AND event_id = %(event_id)s")
-MARK_PROCESSED: Final = sql.SQL(
-    "INSERT INTO processed_events (consumer, event_id) VALUES (%(consumer)s, %(event_id)s) ON CONFLICT DO NOTHING")
-
-POST_FOR_FANOUT: Final = sql.SQL("""
-SELECT p.author_id, p.deleted_at IS NOT NULL AS deleted, p.fanned_out, u.follower_count
-FROM posts p JOIN users u ON u.id = p.author_id
-WHERE p.id = %(post_id)s
+# A batch's advisory locks in one statement, keys ascending (decide.locks): one global order, so no deadlock.
+LOCK_AUTHORS: Final = sql.SQL("""
+SELECT count(CASE WHEN l.exclusive THEN pg_advisory_xact_lock(l.key) ELSE pg_advisory_xact_lock_shared(l.key) END)
+FROM unnest(%(keys)s::bigint[], %(exclusive)s::bool[]) AS l(key, exclusive)
 """)
 
-# The decision is taken once per post: a retry or duplicate finds it recorded and reuses it.
-RECORD_DECISION: Final = sql.SQL(
-    "UPDATE posts SET fanned_out = %(push)s WHERE id = %(post_id)s AND fanned_out IS NULL RETURNING fanned_out")
-READ_DECISION: Final = sql.SQL("SELECT fanned_out FROM posts WHERE id = %(post_id)s")
+# Per event id: its outbox row as this transaction sees it (none: not visible yet, or forged) and whether this
+# consumer has processed it. Taken after the locks, so a duplicate that committed while we waited is seen.
+KNOWN_EVENTS: Final = sql.SQL("""
+SELECT e.id, o.type, o.payload,
+       EXISTS (SELECT 1 FROM processed_events pe WHERE pe.consumer = %(consumer)s AND pe.event_id = e.id) AS processed
+FROM unnest(%(ids)s::uuid[]) AS e(id) LEFT JOIN outbox o ON o.id = e.id
+""")
 
-INSERT_OWN: Final = sql.SQL("""
+MARK_PROCESSED_MANY: Final = sql.SQL(
+    "INSERT INTO processed_events (consumer, event_id) SELECT %(consumer)s, unnest(%(ids)s::uuid[]) "
+    "ON CONFLICT DO NOTHING")
+
+POSTS_FOR_FANOUT: Final = sql.SQL("""
+SELECT p.id, p.author_id, p.deleted_at IS NOT NULL AS deleted, p.fanned_out, u.follower_count
+FROM posts p JOIN users u ON u.id = p.author_id
+WHERE p.id = ANY(%(post_ids)s::bigint[])
+""")
+
+# The decision is taken once per post: a retry or duplicate finds it recorded and reuses it. Returns the posts
+# this statement decided; the others were decided meanwhile by another transaction (READ_DECISIONS).
+RECORD_DECISIONS: Final = sql.SQL("""
+UPDATE posts p SET fanned_out = d.push
+FROM unnest(%(post_ids)s::bigint[], %(push)s::bool[]) AS d(id, push)
+WHERE p.id = d.id AND p.fanned_out IS NULL
+RETURNING p.id
+""")
+READ_DECISIONS: Final = sql.SQL("SELECT id, fanned_out FROM posts WHERE id = ANY(%(post_ids)s::bigint[])")
+
+# The whole audience of the batch's small pushed posts and the own rows of every pushed post, in one insert.
+# Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
+# wait for each other in one order instead of deadlocking. Re-checks that each post is alive.
+FANOUT_BATCH: Final = sql.SQL("""
 INSERT INTO timelines (user_id, post_id, author_id)
-SELECT p.author_id, p.id, p.author_id FROM posts p WHERE p.id = %(post_id)s AND p.deleted_at IS NULL
+SELECT r.user_id, r.post_id, r.author_id FROM (
+    SELECT f.follower_id AS user_id, p.id AS post_id, p.author_id
+    FROM posts p JOIN follows f ON f.followee_id = p.author_id
+    WHERE p.id = ANY(%(fan_out)s::bigint[]) AND p.deleted_at IS NULL
+    UNION ALL
+    SELECT p.author_id, p.id, p.author_id FROM posts p
+    WHERE p.id = ANY(%(own)s::bigint[]) AND p.deleted_at IS NULL
+) r
+ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
+""")
+
+# Only deleted posts: the event is checked against the outbox, and the state confirms it.
+DELETE_POSTS: Final = sql.SQL("""
+DELETE FROM timelines t USING posts p
+WHERE t.post_id = p.id AND p.id = ANY(%(post_ids)s::bigint[]) AND p.deleted_at IS NOT NULL
+""")
+
+# For each (follower, followee) pair whose follow exists now: the followee's newest pushed posts (pulled ones are
+# merged at read time; undecided ones will be fanned out to the follow, which exists by now), limit + 1 asked to
+# learn whether older ones exist. One row per existing pair: the others were unfollowed since.
+BACKFILL: Final = sql.SQL("""
+WITH pairs AS (
+    SELECT pr.follower_id, pr.followee_id
+    FROM unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
+    WHERE EXISTS (SELECT 1 FROM follows f
+                  WHERE f.follower_id = pr.follower_id AND f.followee_id = pr.followee_id)
+), recent AS (
+    SELECT pr.follower_id, pr.followee_id, r.id, r.rn
+    FROM pairs pr CROSS JOIN LATERAL (
+        SELECT p.id, row_number() OVER (ORDER BY p.id DESC) AS rn
+        FROM (SELECT id FROM posts
+              WHERE author_id = pr.followee_id AND deleted_at IS NULL AND fanned_out IS TRUE
+              ORDER BY id DESC LIMIT %(limit)s + 1) p
+    ) r
+), ins AS (
+    INSERT INTO timelines (user_id, post_id, author_id)
+    SELECT follower_id, id, followee_id FROM recent WHERE rn <= %(limit)s
+    ORDER BY follower_id, id
+    ON CONFLICT DO NOTHING
+)
+SELECT pr.follower_id, pr.followee_id, count(r.id) AS found, min(r.id) FILTER (WHERE r.rn <= %(limit)s) AS smallest
+FROM pairs pr LEFT JOIN recent r ON r.follower_id = pr.follower_id AND r.followee_id = pr.followee_id
+GROUP BY pr.follower_id, pr.followee_id
+""")
+
+RAISE_FLOORS: Final = sql.SQL("""
+UPDATE users u SET timeline_floor = GREATEST(u.timeline_floor, f.floor)
+FROM unnest(%(user_ids)s::bigint[], %(floors)s::bigint[]) AS f(id, floor)
+WHERE u.id = f.id
+""")
+
+# A followee's rows leave a follower's timeline only if the follow is gone now.
+UNFOLLOW: Final = sql.SQL("""
+DELETE FROM timelines t
+USING unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
+WHERE t.user_id = pr.follower_id AND t.author_id = pr.followee_id
+  AND NOT EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = pr.follower_id AND f.followee_id = pr.followee_id)
+RETURNING t.user_id, t.author_id
 """)
 
 # One chunk of followers (keyset on follower_id), one set-based insert; re-checks inside the locked transaction
@@ -49,42 +127,6 @@ WITH chunk AS (
 SELECT (SELECT max(follower_id) FROM chunk) AS last,
        (SELECT count(*) FROM chunk) AS n,
        (SELECT alive FROM alive) AS alive
-""")
-
-DELETE_POST: Final = sql.SQL("DELETE FROM timelines WHERE post_id = %(post_id)s")
-
-# The outbox row of an event is written in the same transaction as its change: while it is not visible, neither
-# is the change. Logical decoding can hand an event to the broker a moment before its transaction becomes visible
-# to other sessions (the WAL is flushed before the commit is published in the proc array), so a handler that
-# concludes from the ABSENCE of state must first see the event's own row.
-EVENT_VISIBLE: Final = sql.SQL("SELECT 1 FROM outbox WHERE id = %(event_id)s")
-
-FOLLOW_EXISTS: Final = sql.SQL(
-    "SELECT 1 FROM follows WHERE follower_id = %(follower_id)s AND followee_id = %(followee_id)s")
-
-# The followee's newest pushed posts (pulled ones are merged at read time; undecided ones will be fanned out to
-# the follow, which exists by now). Asks for limit + 1 to learn whether older ones exist.
-BACKFILL: Final = sql.SQL("""
-WITH recent AS (
-    SELECT p.id, row_number() OVER (ORDER BY p.id DESC) AS rn
-    FROM (SELECT id FROM posts
-          WHERE author_id = %(followee_id)s AND deleted_at IS NULL AND fanned_out IS TRUE
-          ORDER BY id DESC LIMIT %(limit)s + 1) p
-), ins AS (
-    INSERT INTO timelines (user_id, post_id, author_id)
-    SELECT %(follower_id)s, r.id, %(followee_id)s FROM recent r WHERE r.rn <= %(limit)s
-    ON CONFLICT DO NOTHING
-)
-SELECT count(*) AS found, min(id) FILTER (WHERE rn <= %(limit)s) AS smallest FROM recent
-""")
-
-RAISE_FLOOR: Final = sql.SQL(
-    "UPDATE users SET timeline_floor = GREATEST(timeline_floor, %(floor)s) WHERE id = %(user_id)s")
-
-UNFOLLOW: Final = sql.SQL("""
-DELETE FROM timelines
-WHERE user_id = %(follower_id)s AND author_id = %(followee_id)s
-  AND NOT EXISTS (SELECT 1 FROM follows WHERE follower_id = %(follower_id)s AND followee_id = %(followee_id)s)
 """)
 
 # Keep the newest %(keep)s rows of each given user; where rows were removed, raise the floor to the smallest kept.
@@ -110,3 +152,7 @@ SELECT f.follower_id FROM follows f
 WHERE f.followee_id = %(author_id)s AND f.follower_id > %(after)s AND f.follower_id <= %(last)s
 ORDER BY f.follower_id
 """)
+
+# The recipients of small pushed posts whose trim is due (policy.should_trim): their authors' followers.
+FOLLOWERS_OF: Final = sql.SQL(
+    "SELECT DISTINCT follower_id FROM follows WHERE followee_id = ANY(%(author_ids)s::bigint[])")

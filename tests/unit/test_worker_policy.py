@@ -87,7 +87,10 @@ def test_reason_text_is_bounded() -> None:
 
 def test_worker_settings_defaults_and_errors_name_the_variable() -> None:
     s = WorkerSettings.from_env({})
-    assert (s.concurrency, s.prefetch, s.max_attempts, s.metrics_port) == (4, 8, 8, 9102)
+    assert (s.concurrency, s.batch_size, s.large_concurrency, s.prefetch, s.max_attempts, s.metrics_port) == (
+        2, 200, 1, 600, 8, 9102)
+    with pytest.raises(SettingsError, match="WALFEED_WORKER_BATCH_SIZE"):
+        WorkerSettings.from_env({"WALFEED_WORKER_BATCH_SIZE": "0"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_PREFETCH"):
         WorkerSettings.from_env({"WALFEED_WORKER_CONCURRENCY": "4", "WALFEED_WORKER_PREFETCH": "2"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_RETRY_CAP"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,9 +19,9 @@ from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
 from services.worker import policy
-from services.worker.consumer import Session
+from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
-from services.worker.processing import Processor, Result
+from services.worker.processing import Message, Processor, Result
 from tests.harness.infra import Infra
 from tests.harness.waiting import eventually
 from tests.integration.worker import world
@@ -32,7 +33,8 @@ Channel = pika.adapters.blocking_connection.BlockingChannel
 
 
 class FlakyHandler:
-    """Wraps the real effects; raises for chosen events a number of times (None = always)."""
+    """Wraps the real effects; a batch holding a chosen event raises, and the event applied alone raises a number
+    of times (None = always) before it is applied."""
 
     def __init__(self, effects: Effects, failures: dict[str, int | None]) -> None:
         self._effects = effects
@@ -40,15 +42,36 @@ class FlakyHandler:
         self.applied: list[str] = []
         self.attempts: list[tuple[str, int]] = []
 
-    def __call__(self, event: ev.Event) -> str:
-        left = self._failures.get(str(event.id), 0)
-        if left is None or left > 0:
-            if left is not None:
-                self._failures[str(event.id)] = left - 1
-            raise RuntimeError(f"injected failure for {event.id}")
-        label = self._effects.handle(event)
-        self.applied.append(str(event.id))
-        return label
+    def __call__(self, events: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+        for event in events:
+            left = self._failures.get(str(event.id), 0)
+            if left is None or left > 0:
+                if left is not None and len(events) == 1:
+                    self._failures[str(event.id)] = left - 1
+                raise RuntimeError(f"injected failure for {event.id}")
+        done = self._effects.apply(events)
+        self.applied.extend(str(e) for e, label in done.items() if isinstance(label, str))
+        return done
+
+
+class Recorded:
+    """The real processor, with each message's attempt recorded and an optional slow batch."""
+
+    def __init__(self, processor: Processor, handler: FlakyHandler, slow: threading.Event | None) -> None:
+        self._processor = processor
+        self._handler = handler
+        self._slow = slow
+
+    def batch(self, messages: Sequence[Message]) -> list[Result]:
+        if self._slow is not None:
+            self._slow.wait(6)  # a batch busy for several heartbeat intervals
+        results = self._processor.batch(messages)
+        self._handler.attempts.extend((r.event_id or "", policy.attempt_of(m.headers))
+                                      for m, r in zip(messages, results, strict=True))
+        return results
+
+    def large(self, message: Message, event: ev.Event) -> Result:
+        return self._processor.large(message, event)
 
 
 @contextlib.contextmanager
@@ -56,22 +79,17 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
                      heartbeat: int = 30, slow: threading.Event | None = None) -> Iterator[FlakyHandler]:
     pool = make_pool(database_url, max_size=2, name="test-consumer")
     pool.open()
-    handler = FlakyHandler(Effects(pool, 10_000), failures)
-    processor = Processor(handler, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
-
-    def work(body: bytes, headers: Mapping[str, object] | None) -> Result:
-        if slow is not None:
-            slow.wait(6)  # a handler busy for several heartbeat intervals (a 100k-follower fan-out)
-        result = processor(body, headers)
-        handler.attempts.append((result.event_id or "", policy.attempt_of(headers)))
-        return result
+    effects = Effects(pool, 10_000)
+    handler = FlakyHandler(effects, failures)
+    processor = Processor(handler, effects.fan_out_large, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
 
     stopping = threading.Event()
     params = pika.URLParameters(infra.amqp_url)
     params.heartbeat = heartbeat
     conn = pika.BlockingConnection(params)
-    with ThreadPoolExecutor(2) as executor:
-        session = Session(conn, topology, work, executor, prefetch=4, stopping=stopping)
+    with ThreadPoolExecutor(2) as batches, ThreadPoolExecutor(1) as large:
+        session = Session(conn, topology, Recorded(processor, handler, slow), batches, large,
+                          Limits(batch_size=10, batches=2, prefetch=20), stopping)
         thread = threading.Thread(target=session.run)
         thread.start()
         try:

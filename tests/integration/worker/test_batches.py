@@ -1,0 +1,99 @@
+"""Batches (docs/adr/0024) against real Postgres and RabbitMQ: mixed events in one batch and across batches in
+shuffled order converge; a poison message and forged events reach the dead queue alone, with their reasons."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from services.core import events as ev
+from services.core.db import make_pool
+from services.core.topology import Topology
+from services.worker import policy
+from services.worker.fanout import Effects
+from services.worker.processing import Message, Processor
+from tests.harness.processes import Processes
+from tests.harness.waiting import eventually
+from tests.integration.worker import world
+from tests.integration.worker.conftest import WORKER_ENV, dead_letters
+from tests.integration.worker.test_worker_process import _settle_and_stop
+
+pytestmark = pytest.mark.integration
+
+Channel = pika.adapters.blocking_connection.BlockingChannel
+Conn = psycopg.Connection[Any]
+
+
+def mixed_events(db: Conn) -> tuple[list[ev.Event], int]:
+    """A post created and deleted, a follow and unfollow of one pair, another follow with posts, and a live post.
+    Returns the events and the live post's id."""
+    author, fan, other = world.add_users(db, 3)
+    world.follow(db, other, author)
+    created = world.post(db, author)
+    deleted = world.delete_post(db, created.payload["post_id"], author)
+    followed, unfollowed = world.follow(db, fan, author), world.unfollow(db, fan, author)
+    live = world.post(db, author)
+    again = world.follow(db, fan, other)
+    return [created, deleted, followed, unfollowed, live, again, world.post(db, other)], live.payload["post_id"]
+
+
+def poison() -> ev.Event:
+    """Decodes, but no statement can take it: an author id beyond bigint fails the batch's transaction."""
+    return ev.Event.new(ev.POST_CREATED, 1, {"post_id": 1, "author_id": 2**63})
+
+
+def test_one_batch_of_mixed_events_and_a_poison_converges_and_fails_the_poison_alone(
+        db: Conn, database_url: str) -> None:
+    events, _ = mixed_events(db)
+    rng = random.Random(3)
+    batch = [*events, *events, poison()]  # every event twice: duplicates inside the batch
+    rng.shuffle(batch)
+    pool: ConnectionPool = make_pool(database_url, max_size=2, name="test-batch")
+    pool.open()
+    try:
+        effects = Effects(pool, 10_000)
+        processor = Processor(effects.apply, effects.fan_out_large, policy.RetryPolicy(3, 0.05, 0.1))
+        results = processor.batch([Message(ev.encode(e), None) for e in batch])
+    finally:
+        pool.close()
+    failed = {r.event_id for r in results if not isinstance(r.outcome, policy.Ack)}
+    assert failed == {str(e.id) for e in batch if e.payload.get("author_id") == 2**63}
+    assert world.problems(db) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("batch_size", ["3", "500"])
+def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_dead(
+        batch_size: str, db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
+    events, live_post = mixed_events(db)
+    live_author = db.execute("SELECT author_id FROM posts WHERE id = %s", (live_post,)).fetchone()[0]  # type: ignore[index]
+    # Forged: a post.deleted for a live post that no transaction wrote, and a real event id with another payload.
+    forged_delete = ev.Event.new(ev.POST_DELETED, live_post, {"post_id": live_post, "author_id": live_author})
+    real = events[4]
+    mismatched = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
+                          real.payload)
+    bad = [poison(), forged_delete, mismatched]
+    rng = random.Random(int(batch_size))
+    world.publish(channel, topology, [*world.twice_shuffled(events, rng), *bad])
+    processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_BATCH_SIZE": batch_size})
+    letters: list[tuple[pika.BasicProperties, bytes]] = []
+
+    def three_dead() -> bool:
+        letters.extend(dead_letters(channel, topology))
+        return len(letters) >= 3
+
+    eventually(three_dead, timeout=60, what="poison and forgeries dead-lettered")
+    by_body = {body: str(p.headers[policy.REASON_HEADER]) for p, body in letters}
+    assert by_body[ev.encode(forged_delete)].startswith("attempts exhausted: NotVisibleYet: not in outbox")
+    assert by_body[ev.encode(mismatched)].startswith("not in outbox: post.deleted")
+    poisoned = [reason for body, reason in by_body.items() if b'"author_id":9223372036854775808' in body]
+    assert len(poisoned) == 1 and poisoned[0].startswith("attempts exhausted: NumericValueOutOfRange"), by_body
+    _settle_and_stop(processes, channel, topology)
+    assert world.problems(db) == []
+    assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (live_post,)).fetchone()[0] == 2  # type: ignore[index]
+    assert dead_letters(channel, topology) == []
