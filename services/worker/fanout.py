@@ -110,9 +110,10 @@ class Effects:
             except decide.PostMissing as exc:
                 done[event.id] = exc
         pushed = [e for e in events if done[e.id] == decide.PUSHED]
-        own = [e.payload["post_id"] for e in events if done[e.id] in (decide.PUSHED, decide.LARGE)]
+        own = sorted({e.payload["post_id"]: done[e.id] == decide.PUSHED for e in events
+                      if done[e.id] in (decide.PUSHED, decide.LARGE)}.items())
         if own:
-            conn.execute(q.FANOUT_BATCH, {"fan_out": [e.payload["post_id"] for e in pushed], "own": own})
+            conn.execute(q.FANOUT_BATCH, {"own": [p for p, _ in own], "fan_out": [f for _, f in own]})
         _mark(conn, [e.id for e in events if done[e.id] in (decide.PUSHED, decide.PULLED, decide.DELETED)])
         trim_due = {e.payload["author_id"] for e in pushed if policy.should_trim(e.payload["post_id"])}
         return trim_due, len(pushed)

@@ -15,12 +15,18 @@ SELECT count(CASE WHEN l.exclusive THEN pg_advisory_xact_lock(l.key) ELSE pg_adv
 FROM unnest(%(keys)s::bigint[], %(exclusive)s::bool[]) AS l(key, exclusive)
 """)
 
-# Per event id: its outbox row as this transaction sees it (none: not visible yet, or forged) and whether this
-# consumer has processed it. Taken after the locks, so a duplicate that committed while we waited is seen.
+# Batch statements look rows up by primary key from an unnest of ids through a LATERAL subquery with OFFSET 0 (the
+# planner cannot flatten it): one index probe per id whatever the statistics say. Without it, on tables that were
+# never analyzed, the planner scanned every undeleted post through posts_author_idx, or hashed the whole outbox,
+# for a batch of 30 ids (tests/integration/worker/test_plans.py asserts these plans).
+
+# The outbox rows of the batch's events as this transaction sees them (an id missing: not visible yet, or forged)
+# and whether this consumer processed them. Taken after the locks, so a duplicate that committed meanwhile is seen.
 KNOWN_EVENTS: Final = sql.SQL("""
-SELECT e.id, o.type, o.payload,
-       EXISTS (SELECT 1 FROM processed_events pe WHERE pe.consumer = %(consumer)s AND pe.event_id = e.id) AS processed
-FROM unnest(%(ids)s::uuid[]) AS e(id) LEFT JOIN outbox o ON o.id = e.id
+SELECT o.id, o.type, o.payload,
+       EXISTS (SELECT 1 FROM processed_events pe WHERE pe.consumer = %(consumer)s AND pe.event_id = o.id) AS processed
+FROM unnest(%(ids)s::uuid[]) AS e(id)
+CROSS JOIN LATERAL (SELECT id, type, payload FROM outbox WHERE id = e.id OFFSET 0) o
 """)
 
 MARK_PROCESSED_MANY: Final = sql.SQL(
@@ -29,32 +35,41 @@ MARK_PROCESSED_MANY: Final = sql.SQL(
 
 POSTS_FOR_FANOUT: Final = sql.SQL("""
 SELECT p.id, p.author_id, p.deleted_at IS NOT NULL AS deleted, p.fanned_out, u.follower_count
-FROM posts p JOIN users u ON u.id = p.author_id
-WHERE p.id = ANY(%(post_ids)s::bigint[])
+FROM unnest(%(post_ids)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (SELECT * FROM posts WHERE id = i.id OFFSET 0) p
+JOIN users u ON u.id = p.author_id
 """)
 
 # The decision is taken once per post: a retry or duplicate finds it recorded and reuses it. Returns the posts
-# this statement decided; the others were decided meanwhile by another transaction (READ_DECISIONS).
+# this statement decided; the others were decided meanwhile by another transaction (READ_DECISIONS). The = ANY
+# makes the planner probe the primary key instead of joining the whole table.
 RECORD_DECISIONS: Final = sql.SQL("""
 UPDATE posts p SET fanned_out = d.push
 FROM unnest(%(post_ids)s::bigint[], %(push)s::bool[]) AS d(id, push)
-WHERE p.id = d.id AND p.fanned_out IS NULL
+WHERE p.id = d.id AND p.id = ANY(%(post_ids)s::bigint[]) AND p.fanned_out IS NULL
 RETURNING p.id
 """)
-READ_DECISIONS: Final = sql.SQL("SELECT id, fanned_out FROM posts WHERE id = ANY(%(post_ids)s::bigint[])")
+READ_DECISIONS: Final = sql.SQL("""
+SELECT p.id, p.fanned_out FROM unnest(%(post_ids)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (SELECT id, fanned_out FROM posts WHERE id = i.id OFFSET 0) p
+""")
 
-# The whole audience of the batch's small pushed posts and the own rows of every pushed post, in one insert.
+# The own rows of every pushed post (%(own)s) and the whole audience of the small ones (%(fan_out)s true), in one
+# insert.
 # Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
 # wait for each other in one order instead of deadlocking. Re-checks that each post is alive.
 FANOUT_BATCH: Final = sql.SQL("""
+WITH alive AS (
+    SELECT p.id, p.author_id, i.fan_out FROM unnest(%(own)s::bigint[], %(fan_out)s::bool[]) AS i(id, fan_out)
+    CROSS JOIN LATERAL (SELECT id, author_id FROM posts WHERE id = i.id AND deleted_at IS NULL OFFSET 0) p
+)
 INSERT INTO timelines (user_id, post_id, author_id)
 SELECT r.user_id, r.post_id, r.author_id FROM (
-    SELECT f.follower_id AS user_id, p.id AS post_id, p.author_id
-    FROM posts p JOIN follows f ON f.followee_id = p.author_id
-    WHERE p.id = ANY(%(fan_out)s::bigint[]) AND p.deleted_at IS NULL
+    SELECT f.follower_id AS user_id, a.id AS post_id, a.author_id
+    FROM alive a JOIN follows f ON f.followee_id = a.author_id
+    WHERE a.fan_out
     UNION ALL
-    SELECT p.author_id, p.id, p.author_id FROM posts p
-    WHERE p.id = ANY(%(own)s::bigint[]) AND p.deleted_at IS NULL
+    SELECT a.author_id, a.id, a.author_id FROM alive a
 ) r
 ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
@@ -62,8 +77,10 @@ ON CONFLICT DO NOTHING
 
 # Only deleted posts: the event is checked against the outbox, and the state confirms it.
 DELETE_POSTS: Final = sql.SQL("""
-DELETE FROM timelines t USING posts p
-WHERE t.post_id = p.id AND p.id = ANY(%(post_ids)s::bigint[]) AND p.deleted_at IS NOT NULL
+DELETE FROM timelines t
+USING unnest(%(post_ids)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND deleted_at IS NOT NULL OFFSET 0) p
+WHERE t.post_id = p.id
 """)
 
 # For each (follower, followee) pair whose follow exists now: the followee's newest pushed posts (pulled ones are
@@ -136,14 +153,17 @@ WITH cut AS (
            (SELECT t.post_id FROM timelines t WHERE t.user_id = u.id
             ORDER BY t.post_id DESC OFFSET %(keep)s - 1 LIMIT 1) AS smallest_kept
     FROM unnest(%(user_ids)s::bigint[]) AS u(id)
+), doomed AS (  -- by ctid from per-user index scans: a join of cut with timelines could scan the whole table
+    SELECT x.ctid FROM cut c
+    CROSS JOIN LATERAL (SELECT ctid FROM timelines
+                        WHERE user_id = c.user_id AND post_id < c.smallest_kept OFFSET 0) x
 ), del AS (
-    DELETE FROM timelines t USING cut c
-    WHERE t.user_id = c.user_id AND t.post_id < c.smallest_kept
+    DELETE FROM timelines t USING doomed d WHERE t.ctid = d.ctid
     RETURNING t.user_id
 )
 UPDATE users u SET timeline_floor = GREATEST(u.timeline_floor, c.smallest_kept)
 FROM cut c
-WHERE u.id = c.user_id AND c.user_id IN (SELECT user_id FROM del)
+WHERE u.id = c.user_id AND u.id = ANY(%(user_ids)s::bigint[]) AND c.user_id IN (SELECT user_id FROM del)
 RETURNING u.id
 """)
 

@@ -1,0 +1,82 @@
+"""The batch statements probe posts, outbox and timelines by key whatever the table statistics say: EXPLAIN plans on
+tables that were never analyzed (as on a server with autovacuum off) and after ANALYZE. A batch of 30 events must
+not cost a scan of every post, outbox row or timeline row (docs/adr/0024)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+from psycopg.sql import SQL
+
+from services.worker import sql as q
+from services.worker.fanout import CONSUMER
+
+pytestmark = pytest.mark.integration
+
+Db = psycopg.Connection[dict[str, Any]]
+
+SCENARIO = """
+INSERT INTO users (handle, token_hash) SELECT 'u' || i, sha256(('t' || i)::bytea) FROM generate_series(1, 1100) i;
+INSERT INTO follows (follower_id, followee_id) SELECT 101 + (i % 1000), 1 + (i % 100) FROM generate_series(1, 1000) i;
+UPDATE users SET follower_count = 10 WHERE id <= 100;
+INSERT INTO posts (author_id, body) SELECT 1 + (i % 100), 'p' FROM generate_series(1, 20000) i;
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), 'post', id::text, 'post.created',
+           jsonb_build_object('post_id', id, 'author_id', author_id) FROM posts;
+INSERT INTO timelines (user_id, post_id, author_id)
+    SELECT 101 + (p.id % 1000), p.id, p.author_id FROM posts p;
+INSERT INTO processed_events (consumer, event_id) SELECT 'fanout', id FROM outbox;
+"""
+CHECKED = {"posts", "outbox", "timelines", "processed_events"}  # tables a batch must never scan whole
+
+
+@pytest.fixture(params=["never analyzed", "analyzed"])
+def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(SCENARIO)  # type: ignore[arg-type]  # fixed test script
+        if request.param == "analyzed":
+            conn.execute("ANALYZE")
+        yield conn
+
+
+def scans(db: Db, statement: SQL, params: dict[str, Any]) -> set[tuple[str, str | None, str | None]]:
+    row = db.execute(SQL("EXPLAIN (FORMAT JSON) ") + statement, params).fetchone()
+    assert row is not None
+    value = row["QUERY PLAN"]
+    root = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+
+    def walk(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *[n for child in node.get("Plans", []) for n in walk(child)]]
+
+    return {(n["Node Type"], n.get("Relation Name"), n.get("Index Name"))
+            for n in walk(root) if "Scan" in n["Node Type"]}
+
+
+def test_batch_statements_probe_by_key(loaded: Db) -> None:
+    posts = [r["id"] for r in loaded.execute("SELECT id FROM posts ORDER BY id DESC LIMIT 30")]
+    events = [r["id"] for r in loaded.execute("SELECT id FROM outbox LIMIT 30")] + [uuid.uuid4()]
+    users = list(range(101, 131))
+    statements = {
+        "KNOWN_EVENTS": (q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": events}),
+        "POSTS_FOR_FANOUT": (q.POSTS_FOR_FANOUT, {"post_ids": posts}),
+        "RECORD_DECISIONS": (q.RECORD_DECISIONS, {"post_ids": posts, "push": [True] * len(posts)}),
+        "READ_DECISIONS": (q.READ_DECISIONS, {"post_ids": posts}),
+        "FANOUT_BATCH": (q.FANOUT_BATCH, {"own": posts, "fan_out": [True] * len(posts)}),
+        "DELETE_POSTS": (q.DELETE_POSTS, {"post_ids": posts}),
+        "UNFOLLOW": (q.UNFOLLOW, {"followers": users, "followees": list(range(1, 31))}),
+        "TRIM": (q.TRIM, {"user_ids": users, "keep": 5}),
+    }
+    found = {}
+    for name, (statement, params) in statements.items():
+        plan = scans(loaded, statement, params)
+        whole = {s for s in plan if s[0] == "Seq Scan" and s[1] in CHECKED}
+        unkeyed = {s for s in plan if s[2] == "posts_author_idx"}  # every live post, filtered by id afterwards
+        if whole or unkeyed:
+            found[name] = whole | unkeyed
+    assert found == {}
