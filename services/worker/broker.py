@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
@@ -9,9 +11,19 @@ from services.core.amqp import declare_events_exchange
 from services.core.topology import Topology
 from services.worker import policy
 
+# Dead letters kept before the dead queue refuses more (reject-publish: the worker's confirm is a nack, and it parks
+# the message in the retry queue instead of losing it). Far above what an operator should let pile up: the alert
+# rule in ops/prometheus/alerts.yml fires on the first dead letter.
+DEAD_MAX_LENGTH: Final = 100_000
 
-def declare(channel: BlockingChannel, topology: Topology) -> None:
-    """The fan-out queues (docs/adr/0020). Durable; the retry queue dead-letters expired copies back to fanout."""
+
+def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH) -> dict[str, object]:
+    return {"x-max-length": max_length, "x-overflow": "reject-publish"}
+
+
+def declare(channel: BlockingChannel, topology: Topology, dead_max_length: int = DEAD_MAX_LENGTH) -> None:
+    """The fan-out queues (docs/adr/0020). Durable; the retry queue dead-letters expired copies back to fanout; the
+    dead queue is bounded and refuses publishes when full (never drops what it holds)."""
     declare_events_exchange(channel, topology)
     channel.queue_declare(topology.fanout_queue, durable=True)
     for key in topology.fanout_bindings:
@@ -20,7 +32,7 @@ def declare(channel: BlockingChannel, topology: Topology) -> None:
         "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": topology.fanout_queue,
     })
-    channel.queue_declare(topology.dead_queue, durable=True)
+    channel.queue_declare(topology.dead_queue, durable=True, arguments=dead_queue_arguments(dead_max_length))
 
 
 def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
@@ -29,6 +41,13 @@ def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
         message_id=props.message_id, type=props.type, content_type=props.content_type,
         timestamp=props.timestamp, delivery_mode=pika.DeliveryMode.Persistent, headers=headers,
         expiration=expiration)
+
+
+def park(publisher: BlockingChannel, topology: Topology, dead: policy.Dead, delay_ms: int, body: bytes,
+         props: pika.BasicProperties) -> None:
+    """The dead queue is full: the message waits `delay_ms` in the retry queue and comes back, dead again."""
+    publish_outcome(publisher, topology, policy.Retry(dead.attempts, delay_ms, f"dead queue full: {dead.reason}"),
+                    body, props)
 
 
 def publish_outcome(publisher: BlockingChannel, topology: Topology, outcome: policy.Retry | policy.Dead,

@@ -9,6 +9,7 @@
 | `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | attempts before a message goes to the dead queue |
 | `WALFEED_WORKER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
 | `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
+| `WALFEED_WORKER_DEAD_MAX_LENGTH` | `100000` | dead letters kept; a full dead queue refuses more (they wait in retry) |
 | `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.core.settings import Env, SettingsError
+from services.worker.broker import DEAD_MAX_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,7 @@ class WorkerSettings:
     max_attempts: int
     retry_base: float
     retry_cap: float
+    dead_max_length: int
     metrics_port: int
 
     @classmethod
@@ -55,5 +58,6 @@ class WorkerSettings:
             max_attempts=env.int("WALFEED_WORKER_MAX_ATTEMPTS", 8, minimum=1, maximum=100),
             retry_base=base,
             retry_cap=cap,
+            dead_max_length=env.int("WALFEED_WORKER_DEAD_MAX_LENGTH", DEAD_MAX_LENGTH, minimum=1, maximum=100_000_000),
             metrics_port=env.int("WALFEED_WORKER_METRICS_PORT", 9102, minimum=0, maximum=65_535),
         )

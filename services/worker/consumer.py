@@ -58,6 +58,8 @@ class Limits:
     batch_size: int  # most messages applied in one transaction
     batches: int  # batch threads
     prefetch: int  # unacked messages the broker hands this process
+    park_ms: int = 60_000  # how long a dead letter waits in the retry queue when the dead queue is full
+    dead_max_length: int = broker.DEAD_MAX_LENGTH
 
 
 class Session:
@@ -82,7 +84,7 @@ class Session:
 
     def run(self) -> None:
         channel = self._conn.channel()
-        broker.declare(channel, self._topology)
+        broker.declare(channel, self._topology, self._limits.dead_max_length)
         channel.basic_qos(prefetch_count=self._limits.prefetch)
         publisher = self._conn.channel()
         publisher.confirm_delivery()
@@ -177,14 +179,33 @@ class Session:
             return True
         try:
             broker.publish_outcome(publisher, self._topology, outcome, delivery.body, delivery.props)
-        except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
-            log.error("retry/dead publish refused, requeueing", extra={**context, "error": repr(exc)})
+        except pika.exceptions.NackError as exc:
+            if not isinstance(outcome, policy.Dead):
+                log.error("retry publish refused, requeueing", extra={**context, "error": repr(exc)})
+                return False
+            return self._park(publisher, delivery, outcome, context)
+        except pika.exceptions.UnroutableError as exc:
+            log.error("retry/dead publish unroutable, requeueing", extra={**context, "error": repr(exc)})
             return False
         if isinstance(outcome, policy.Retry):
             log.info("retry scheduled", extra={**context, "attempt": outcome.attempt, "delay_ms": outcome.delay_ms,
                                                "reason": outcome.reason})
         else:
             log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
+        return True
+
+    def _park(self, publisher: BlockingChannel, delivery: Delivery, dead: policy.Dead,
+              context: dict[str, object]) -> bool:
+        """The dead queue refused the letter (full, reject-publish): keep the message in the retry queue for a while
+        instead of dropping it or spinning on it."""
+        log.error("dead queue full, message parked in the retry queue",
+                  extra={**context, "reason": dead.reason, "delay_ms": self._limits.park_ms})
+        metrics.DEAD_QUEUE_FULL.inc()
+        try:
+            broker.park(publisher, self._topology, dead, self._limits.park_ms, delivery.body, delivery.props)
+        except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+            log.error("parking refused, requeueing", extra={**context, "error": repr(exc)})
+            return False
         return True
 
     def _return_unstarted(self, channel: BlockingChannel) -> None:

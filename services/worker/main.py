@@ -30,6 +30,7 @@ from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
 
+PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
 _RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
 
 
@@ -51,7 +52,8 @@ def run(settings: Settings) -> int:
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
     processor = Processor(effects.apply, effects.fan_out_large,
                           RetryPolicy(worker.max_attempts, worker.retry_base, worker.retry_cap))
-    limits = Limits(worker.batch_size, worker.concurrency, worker.prefetch)
+    limits = Limits(worker.batch_size, worker.concurrency, worker.prefetch, park_ms=round(worker.retry_cap * 1000),
+                    dead_max_length=worker.dead_max_length)
     log.info("worker starting", extra={"concurrency": worker.concurrency, "batch_size": worker.batch_size,
                                        "prefetch": worker.prefetch, "max_attempts": worker.max_attempts,
                                        "prefix": settings.amqp_prefix})
@@ -65,6 +67,13 @@ def run(settings: Settings) -> int:
                 session = Session(conn, topology, processor, batches, large, limits, stopping)
                 try:
                     session.run()
+                except pika.exceptions.ChannelClosedByBroker as exc:
+                    if exc.reply_code != PRECONDITION_FAILED:
+                        raise
+                    log.error("a queue exists with other arguments than this worker declares (an older walfeed, or "
+                              "another WALFEED_WORKER_DEAD_MAX_LENGTH): drain and delete it, or set the setting to "
+                              "match; see README 'Upgrading'", extra={"error": exc.reply_text})
+                    return 2
                 except pika.exceptions.AMQPError as exc:
                     log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
                     session.abandon()

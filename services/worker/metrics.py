@@ -17,6 +17,8 @@ RETRIES = Counter("walfeed_worker_retries_total", "Retry copies published, by ev
 DEAD = Counter("walfeed_worker_dead_letters_total", "Messages sent to the dead queue, by event type", ["type"])
 LATENCY = Histogram("walfeed_worker_handler_seconds", "Time to process one message, by event type", ["type"],
                     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))
+DEAD_QUEUE_FULL = Counter("walfeed_worker_dead_queue_full_total",
+                          "Dead letters the full dead queue refused (parked in the retry queue instead)")
 BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied together in one batch transaction",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 

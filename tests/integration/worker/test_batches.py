@@ -4,6 +4,7 @@ shuffled order converge; a poison message and forged events reach the dead queue
 from __future__ import annotations
 
 import random
+import signal
 from typing import Any
 
 import pika
@@ -14,7 +15,7 @@ from psycopg_pool import ConnectionPool
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.worker import policy
+from services.worker import broker, policy
 from services.worker.fanout import Effects
 from services.worker.processing import Message, Processor
 from tests.harness.processes import Processes
@@ -97,3 +98,33 @@ def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_
     assert world.problems(db) == []
     assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (live_post,)).fetchone()[0] == 2  # type: ignore[index]
     assert dead_letters(channel, topology) == []
+
+
+@pytest.mark.e2e
+def test_a_full_dead_queue_refuses_letters_and_the_worker_parks_them_instead_of_losing_them(
+        channel: Channel, topology: Topology, processes: Processes) -> None:
+    channel.queue_delete(topology.dead_queue)
+    broker.declare(channel, topology, dead_max_length=1)
+    bodies = [b"{not json 1", b"{not json 2"]
+    for body in bodies:
+        channel.basic_publish(topology.events_exchange, "post.created", body, pika.BasicProperties(delivery_mode=2))
+    worker = processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_DEAD_MAX_LENGTH": "1"})
+    eventually(lambda: "dead queue full" in worker.log(), what="the second letter refused and parked")
+    letters: list[tuple[pika.BasicProperties, bytes]] = []
+
+    def both_dead() -> bool:  # taking the first letter frees the room the parked one comes back to
+        letters.extend(dead_letters(channel, topology))
+        return len(letters) >= 2
+
+    eventually(both_dead, timeout=30, what="the parked letter dead-lettered once there is room")
+    assert sorted(body for _, body in letters) == bodies
+    assert all(str(p.headers[policy.REASON_HEADER]).startswith("malformed") for p, _ in letters)
+
+
+@pytest.mark.e2e
+def test_a_worker_facing_a_dead_queue_declared_otherwise_stops_with_what_to_do(
+        topology: Topology, channel: Channel, processes: Processes) -> None:
+    worker = processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_DEAD_MAX_LENGTH": "5"})
+    eventually(lambda: not worker.running(), what="the worker exits")
+    assert worker.stop(signal.SIGTERM) == 2
+    assert "other arguments" in worker.log() and "WALFEED_WORKER_DEAD_MAX_LENGTH" in worker.log()
