@@ -59,8 +59,13 @@ class Effects:
         unique = decide.by_id(events)
         if not unique:
             return {}
-        with self._pool.connection() as conn:
-            return self._apply(conn, unique)
+        try:
+            with self._pool.connection() as conn:
+                return self._apply(conn, unique)
+        except psycopg.OperationalError as exc:
+            if unavailable(exc):
+                raise policy.Unavailable(policy.reason_text(exc)) from exc
+            raise
 
     def _apply(self, conn: Conn, unique: dict[uuid.UUID, ev.Event]) -> dict[uuid.UUID, Applied]:
         done: dict[uuid.UUID, Applied] = {}
@@ -202,6 +207,20 @@ class Effects:
                 trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
         except psycopg.errors.DeadlockDetected as exc:
             log.warning("timeline trim skipped", extra={"error": repr(exc)})
+
+
+# SQLSTATE classes and codes of failures that are the database's, not a statement's: connection exceptions,
+# transaction rollbacks (deadlock, serialization), insufficient resources, operator intervention but a cancel.
+_UNAVAILABLE_CLASSES: Final = ("08", "40", "53")
+_UNAVAILABLE_CODES: Final = ("57P01", "57P02", "57P03")
+
+
+def unavailable(exc: psycopg.OperationalError) -> bool:
+    """Whether a failure says nothing about the statements: no connection (no SQLSTATE at all, or a pool that had
+    none to give), a connection or resource failure, a deadlock or serialization failure, a server shutdown. A
+    statement timeout (57014) is not: the batch may hold the event that caused it."""
+    state = exc.sqlstate
+    return state is None or state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_CODES
 
 
 def trim(conn: Conn, user_ids: list[int], cap: int) -> int:

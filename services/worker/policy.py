@@ -64,6 +64,12 @@ class Expected(Exception):
     attempts: int | None = None
 
 
+class Unavailable(Expected):
+    """The database failed the whole batch for reasons of its own (connection lost, no connection to be had, a
+    deadlock or serialization failure): no message is to blame. Every message retries, and the try does not count
+    against its attempts, so an outage longer than the retry budget dead-letters nothing."""
+
+
 class Poison(Exception):
     """A message that can never succeed however often it is tried: dead-lettered at once, with the reason."""
 
@@ -90,14 +96,18 @@ class RetryPolicy:
         if isinstance(exc, Poison):  # its message is the reason, as a malformed message's is
             return Dead(reason_text(exc, with_type=False), attempt)
         reason = reason_text(exc)
+        if isinstance(exc, Unavailable):
+            return Retry(attempt, self._delay_ms(attempt + 1, rand), reason)
         budget = exc.attempts if isinstance(exc, Expected) and exc.attempts is not None else self.max_attempts
         return self._after(attempt, reason, min(budget, self.max_attempts), rand)
 
     def _after(self, attempt: int, reason: str, max_attempts: int, rand: random.Random | None) -> Retry | Dead:
         if attempt >= max_attempts:
             return Dead(f"attempts exhausted: {reason}", attempt)
-        delay = backoff.delay(attempt, self.base, self.cap, rand)
-        return Retry(attempt + 1, max(1, round(delay * 1000)), reason)
+        return Retry(attempt + 1, self._delay_ms(attempt, rand), reason)
+
+    def _delay_ms(self, attempt: int, rand: random.Random | None) -> int:
+        return max(1, round(backoff.delay(attempt, self.base, self.cap, rand) * 1000))
 
 
 def attempt_of(headers: Mapping[str, object] | None) -> int:

@@ -84,6 +84,8 @@ class Processor:
             return {}
         try:
             return self._apply(events)
+        except policy.Unavailable as exc:  # no message is to blame: all retry, none alone
+            return {event.id: exc for event in events}
         except Exception as exc:
             if len(events) == 1:
                 return {events[0].id: exc}

@@ -6,12 +6,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
+import psycopg
+import psycopg_pool
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.core import events as ev
-from services.worker import decide, policy
+from services.worker import decide, fanout, policy
 from services.worker.policy import Dead, Retry, RetryPolicy
 from services.worker.processing import Message, Processor
 
@@ -139,3 +141,29 @@ def test_a_duplicate_message_in_one_batch_gets_the_same_outcome() -> None:
     processor = Processor(apply, lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
     results = processor.batch([Message(ev.encode(event), None)] * 2)
     assert [r.outcome for r in results] == [policy.ACK, policy.ACK]
+
+
+def test_a_database_outage_retries_every_message_without_spending_attempts() -> None:
+    events = [post_created(1), post_created(2)]
+
+    def unavailable(batch: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+        calls.append(len(batch))
+        raise policy.Unavailable("OperationalError: server closed the connection unexpectedly")
+
+    calls: list[int] = []
+    processor = Processor(unavailable, lambda e: "pushed", RetryPolicy(2, 0.1, 1.0))
+    results = processor.batch([Message(ev.encode(e), {policy.ATTEMPT_HEADER: 2}) for e in events])
+    assert calls == [2]  # not isolated one by one: no message is to blame
+    assert all(isinstance(r.outcome, Retry) and r.outcome.attempt == 2 for r in results)  # attempt 2 of 2: not dead
+
+
+@pytest.mark.parametrize(("error", "unavailable"), [
+    (psycopg.OperationalError("server closed the connection unexpectedly"), True),
+    (psycopg_pool.PoolTimeout("couldn't get a connection after 30.00 sec"), True),
+    (psycopg.errors.DeadlockDetected(), True),
+    (psycopg.errors.SerializationFailure(), True),
+    (psycopg.errors.AdminShutdown(), True),
+    (psycopg.errors.QueryCanceled(), False),  # a statement timeout: the batch may hold its cause
+])
+def test_which_database_failures_blame_no_message(error: psycopg.OperationalError, unavailable: bool) -> None:
+    assert fanout.unavailable(error) is unavailable
