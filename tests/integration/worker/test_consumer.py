@@ -76,10 +76,11 @@ class Recorded:
 
 @contextlib.contextmanager
 def running_consumer(infra: Infra, database_url: str, topology: Topology, failures: dict[str, int | None],
-                     heartbeat: int = 30, slow: threading.Event | None = None) -> Iterator[FlakyHandler]:
-    pool = make_pool(database_url, max_size=2, name="test-consumer")
+                     heartbeat: int = 30, slow: threading.Event | None = None,
+                     **effects_kw: Any) -> Iterator[FlakyHandler]:
+    pool = make_pool(database_url, max_size=3, name="test-consumer")
     pool.open()
-    effects = Effects(pool, 10_000)
+    effects = Effects(pool, 10_000, **effects_kw)
     handler = FlakyHandler(effects, failures)
     processor = Processor(handler, effects.fan_out_large, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
 
@@ -142,3 +143,28 @@ def test_heartbeats_flow_while_a_handler_works_for_several_heartbeat_intervals(
     with running_consumer(infra, database_url, topology, {}, heartbeat=1, slow=busy) as handler:
         eventually(lambda: len(handler.applied) == 2 and drained(channel, topology), timeout=30, what="applied")
     assert world.problems(db) == []
+
+
+def test_small_posts_are_applied_while_a_large_fanout_is_in_progress(
+        infra: Infra, database_url: str, db: psycopg.Connection[Any], channel: Channel, topology: Topology) -> None:
+    celebrity, small, *fans = world.add_users(db, 8)
+    world.followers_in_bulk(db, celebrity, fans)  # 6 followers: above the chunk size of 2, fanned out apart
+    world.follow(db, fans[0], small)
+    large = world.post(db, celebrity)
+    release = threading.Event()
+    chunks: list[int] = []
+
+    def between_chunks() -> bool:  # the large fan-out waits here after its first chunk until the test lets it go
+        chunks.append(1)
+        release.wait(30)
+        return False
+
+    with running_consumer(infra, database_url, topology, {}, chunk_size=2, should_stop=between_chunks) as handler:
+        world.publish(channel, topology, [large])
+        eventually(lambda: chunks, what="the large fan-out has written its first chunk")
+        quick = [world.post(db, small) for _ in range(5)]
+        world.publish(channel, topology, quick)
+        eventually(lambda: {str(e.id) for e in quick} <= set(handler.applied), what="small posts applied")
+        assert not release.is_set() and world.merged(db, fans[-1]) == []  # the large one is still held
+        release.set()
+        eventually(lambda: drained(channel, topology) and world.problems(db) == [], what="large fan-out done")
