@@ -1,9 +1,8 @@
 """Messages in, one outcome per message out: classify, apply the batch's database effects, settle each message on
 its own by what happened to its event.
 
-The split is explicit: the effects failing means retry (for the failing message only: a batch whose transaction
-fails is applied again one message at a time, so a poison message retries and dead-letters alone); a best-effort
-hook failing is logged and counted, and the message is still acknowledged.
+The effects failing means retry, for the failing message only: a batch whose transaction fails is applied again one
+message at a time, so a poison message retries and dead-letters alone (docs/adr/0024).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ log = logging.getLogger(__name__)
 
 Apply = Callable[[list[Event]], Mapping[uuid.UUID, "str | Exception"]]
 FanOutLarge = Callable[[Event], str]
-BestEffortHook = Callable[[Event, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +39,10 @@ class Result:
 
 
 class Processor:
-    def __init__(self, apply: Apply, fan_out_large: FanOutLarge, retry: policy.RetryPolicy,
-                 best_effort: Sequence[BestEffortHook] = ()) -> None:
+    def __init__(self, apply: Apply, fan_out_large: FanOutLarge, retry: policy.RetryPolicy) -> None:
         self._apply = apply
         self._fan_out_large = fan_out_large
         self._retry = retry
-        self._best_effort = tuple(best_effort)
 
     def batch(self, messages: Sequence[Message]) -> list[Result]:
         """One result per message, in order. The decodable ones are applied together in one transaction."""
@@ -109,10 +105,5 @@ class Processor:
             return Result(outcome, event.type, str(event.id), "failed", seconds)
         if done == decide.LARGE:
             return Result(policy.LARGE, event.type, str(event.id), done, seconds, event)
-        for hook in self._best_effort:
-            try:
-                hook(event, done)
-            except Exception:  # best effort by definition
-                log.warning("best-effort hook failed", exc_info=True, extra={**context, "hook": repr(hook)})
         log.debug("event applied", extra={**context, "action": done})
         return Result(policy.ACK, event.type, str(event.id), done, seconds)
