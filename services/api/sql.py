@@ -60,7 +60,6 @@ UPDATE posts SET deleted_at = now()
 WHERE id = %(id)s AND author_id = %(author)s AND deleted_at IS NULL
 RETURNING id, author_id
 """
-POST_OWNER: Final = "SELECT author_id, deleted_at IS NOT NULL AS deleted FROM posts WHERE id = %(id)s"
 
 INSERT_OUTBOX: Final = """
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)

@@ -83,16 +83,12 @@ async def get_post(conn: Conn, post_id: int) -> Row | None:
 
 
 async def delete_post(conn: Conn, post_id: int, author: int) -> Row | None:
-    """Soft-delete the caller's post. None when nothing was deleted; then see post_owner()."""
+    """Soft-delete the caller's post. None when nothing was deleted (unknown, deleted already, or not theirs)."""
     async with conn.transaction():
         row = await _one(conn, sql.DELETE_POST, {"id": post_id, "author": author})
         if row is not None:
             await _outbox(conn, Event.new(events.POST_DELETED, post_id, {"post_id": post_id, "author_id": author}))
     return row
-
-
-async def post_owner(conn: Conn, post_id: int) -> Row | None:
-    return await _one(conn, sql.POST_OWNER, {"id": post_id})
 
 
 async def author_posts(conn: Conn, author: int, before: int, fetch: int) -> list[Row]:

@@ -53,17 +53,13 @@ async def get_post(post_id: Id, token: Token, request: Request) -> Post:
 
 
 @router.delete("/posts/{post_id}", status_code=204, response_class=Response, tags=["posts"],
-               responses={**NOT_FOUND, 403: {"description": "not the author"}})
+               responses={**NOT_FOUND})
 async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
-    """Delete one of the caller's posts (idempotent for its author)."""
+    """Delete one of the caller's posts. A post that is deleted already, or not the caller's, is a 404 as for
+    GET: the answer does not tell whether someone else's post exists."""
     async with session(request, token) as (db, me):
-        deleted = await store.delete_post(db, post_id, me) is not None
-        owner = None if deleted else await store.post_owner(db, post_id)
-    if not deleted:
-        if owner is None:
-            raise ApiError(404, f"no post {post_id}")
-        if owner["author_id"] != me:
-            raise ApiError(403, "only the author can delete a post", "not-author")
+        if await store.delete_post(db, post_id, me) is None:
+            raise ApiError(404, f"no post {post_id} of yours")
     return Response(status_code=204)
 
 

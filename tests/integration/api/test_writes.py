@@ -26,7 +26,7 @@ def test_every_write_commits_its_event_and_no_ops_write_none(client: httpx.Clien
     assert client.put(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204  # no-op
     post = client.post("/v1/posts", json={"body": "hi"}, headers=bob.auth).json()
     assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 204
-    assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 204  # no-op
+    assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 404  # deleted: no event
     assert client.delete(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204
     assert client.delete(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204  # no-op
     follow = {"follower_id": alice.id, "followee_id": bob.id}
