@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, multiprocess
 from services.api import db, problems
 from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
-from services.api.middleware import BodyLimit, Metrics
+from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
 from services.api.problems import Problem
 from services.api.routes import feed, health, posts, users
 from services.core.settings import Settings
@@ -37,15 +37,21 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
             await pool.close()
 
     app = FastAPI(title="walfeed", version="1", lifespan=lifespan,
-                  description="News feed API. Errors are RFC 9457 problem documents.")
+                  description="News feed API. Errors are RFC 9457 problem documents.",
+                  # WALFEED_API_DOCS=false: no schema or UI routes at all (the schema is still app.openapi())
+                  docs_url="/docs" if api.docs else None, redoc_url="/redoc" if api.docs else None,
+                  openapi_url="/openapi.json" if api.docs else None)
     app.state.settings = settings
     app.state.api_settings = api
     app.state.token_cache = TokenCache(api.auth_cache_seconds)
     app.state.registry = CollectorRegistry()
-    app.state.scrape_registry = _scrape_registry(app.state.registry)
+    app.state.scrape_registry = scrape_registry(app.state.registry)
     for router in (users.router, posts.router, feed.router, health.router):
         app.include_router(router)
+    if not api.metrics_port:  # else main.py serves them on the internal port
+        app.include_router(health.metrics_router)
     problems.install(app)
+    app.add_middleware(RateLimitHeaders)
     app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
     app.add_middleware(Metrics, registry=app.state.registry)
 
@@ -59,7 +65,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
     return app
 
 
-def _scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
+def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     """What /metrics exposes: this process's registry, or, when main.run started several worker processes and
     set PROMETHEUS_MULTIPROC_DIR (prometheus_client then keeps every value in a file per process), the sum of
     all processes' files."""

@@ -12,6 +12,18 @@ RETURNING id, handle
 GET_USER: Final = "SELECT id, handle, follower_count, following_count FROM users WHERE id = %(id)s"
 USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
 
+# Count one request in its partition's current fixed window (services/api/ratelimit.py decides the rest).
+# The window comes from the database's clock, the same for every api process. hits stops at limit + 1.
+RATE_LIMIT_HIT: Final = """
+WITH clock AS (SELECT extract(epoch FROM statement_timestamp())::float8 AS now)
+INSERT INTO rate_limits AS r (key, window_start, hits)
+SELECT %(key)s, (floor(now / %(window)s) * %(window)s)::bigint, 1 FROM clock
+ON CONFLICT (key) DO UPDATE SET
+    hits = CASE WHEN r.window_start = excluded.window_start THEN LEAST(r.hits + 1, %(cap)s) ELSE 1 END,
+    window_start = excluded.window_start
+RETURNING hits, window_start, (SELECT now FROM clock) AS now
+"""
+
 # Follow counts change only when a follows row was really inserted or deleted, in the same transaction.
 # Both users rows are locked in id order first, so A->B and B->A at once cannot deadlock.
 FOLLOW: Final = """

@@ -49,6 +49,13 @@ async def user_exists(conn: Conn, user_id: int) -> bool:
     return await _one(conn, sql.USER_EXISTS, {"id": user_id}) is not None
 
 
+async def rate_limit_hit(conn: Conn, key: str, window: int, limit: int) -> Row:
+    """Count a request in `key`'s current window: its hits (this one included), window_start and the db's now."""
+    row = await _one(conn, sql.RATE_LIMIT_HIT, {"key": key, "window": window, "cap": limit + 1})
+    assert row is not None  # an UPSERT ... RETURNING always returns its row
+    return row
+
+
 async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) -> bool | None:
     """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user."""
     params = {"follower": follower, "followee": followee}

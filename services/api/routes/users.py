@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from services.api import store, tokens
-from services.api.deps import Token, database, session
+from services.api import ratelimit, store, tokens
+from services.api.deps import Token, database, session, throttle, write_session
 from services.api.models import CreatedUser, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, NOT_FOUND, UNAVAILABLE, Id
+from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
 
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
-             responses={**BODY, 409: {"description": "handle taken"}})
+             responses={**BODY, **LIMITED, 409: {"description": "handle taken"}})
 async def create_user(new: NewUser, request: Request) -> CreatedUser:
     """Sign up. The token in the reply is the only copy: only its hash is stored."""
     token = tokens.new_token()
+    client = ratelimit.client_subject(request.client.host if request.client else None)
     async with database(request) as db:
+        await throttle(request, db, request.app.state.api_settings.signup_limit, client)
         row = await store.create_user(db, new.handle, tokens.token_hash(token))
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
@@ -37,10 +39,10 @@ async def get_user(user_id: Id, token: Token, request: Request) -> User:
 
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-            responses={**AUTH, **NOT_FOUND})
+            responses={**AUTH, **NOT_FOUND, **LIMITED})
 async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
-    async with session(request, token) as (db, me):
+    async with write_session(request, token) as (db, me):
         if user_id == me:
             raise ApiError(422, "you cannot follow yourself", "self-follow")
         if await store.set_follow(db, me, user_id, follow=True) is None:
@@ -49,10 +51,10 @@ async def follow(user_id: Id, token: Token, request: Request) -> Response:
 
 
 @router.delete("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-               responses={**AUTH, **NOT_FOUND})
+               responses={**AUTH, **NOT_FOUND, **LIMITED})
 async def unfollow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller stops following user_id. Idempotent."""
-    async with session(request, token) as (db, me):
+    async with write_session(request, token) as (db, me):
         if user_id != me and await store.set_follow(db, me, user_id, follow=False) is None:
             raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)
