@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry, multiprocess
 
-from services.api import db, problems
+from services.api import db, problems, revocations
 from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
 from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
@@ -27,13 +29,20 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        options = db.session_options(api.statement_timeout)
         pool = db.make_pool(settings.database_url, min_size=api.pool_min, max_size=api.pool_max,
-                            timeout=api.pool_timeout)
+                            timeout=api.pool_timeout, options=options)
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
+        listener = (asyncio.create_task(revocations.listen(settings.database_url, app.state.token_cache, options))
+                    if api.auth_cache_seconds > 0 else None)
         try:
             yield
         finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
             await pool.close()
 
     app = FastAPI(title="walfeed", version="1", lifespan=lifespan,

@@ -55,10 +55,11 @@ async def authenticate(request: Request, db: store.Conn, token: str) -> int:
     user = cache.get(digest)
     if user is not None:
         return user
+    generation = cache.generation  # a token change seen after this drops the fill below
     row = await store.authenticate(db, digest)
     if row is None or not tokens.matches(row["token_hash"], token):
         raise unauthorized("the bearer token is not valid")
-    cache.put(digest, int(row["id"]))
+    cache.put(digest, int(row["id"]), generation)
     return int(row["id"])
 
 

@@ -25,6 +25,10 @@ class CreatedUser(BaseModel):
     token: str = Field(description="bearer token; shown once, only its hash is stored")
 
 
+class NewToken(BaseModel):
+    token: str = Field(description="the caller's new bearer token; the old one no longer works")
+
+
 class User(BaseModel):
     id: int
     handle: str

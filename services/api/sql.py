@@ -9,6 +9,12 @@ INSERT INTO users (handle, token_hash) VALUES (%(handle)s, %(hash)s)
 ON CONFLICT (handle) DO NOTHING
 RETURNING id, handle
 """
+# Rotation and revocation: the new hash and, in the same statement (so sent when it commits), the notification
+# every api process listens for to drop the old token from its cache (revocations.py, ADR 0035).
+SET_TOKEN: Final = """
+WITH changed AS (UPDATE users SET token_hash = %(hash)s WHERE id = %(id)s RETURNING id)
+SELECT pg_notify('walfeed_token_changed', id::text) FROM changed
+"""
 GET_USER: Final = "SELECT id, handle, follower_count, following_count FROM users WHERE id = %(id)s"
 USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
 

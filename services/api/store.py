@@ -41,6 +41,11 @@ async def create_user(conn: Conn, handle: str, token_hash: bytes) -> Row | None:
     return await _one(conn, sql.CREATE_USER, {"handle": handle, "hash": token_hash})
 
 
+async def set_token(conn: Conn, user: int, token_hash: bytes) -> None:
+    """Replace the user's token hash and notify every api process (revocations.CHANNEL)."""
+    await conn.execute(sql.SET_TOKEN, {"id": user, "hash": token_hash})
+
+
 async def get_user(conn: Conn, user_id: int) -> Row | None:
     return await _one(conn, sql.GET_USER, {"id": user_id})
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from services.api import ratelimit, store, tokens
 from services.api.deps import Token, database, session, throttle, write_session
-from services.api.models import CreatedUser, NewUser, User
+from services.api.models import CreatedUser, NewToken, NewUser, User
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id
 
@@ -25,6 +25,28 @@ async def create_user(new: NewUser, request: Request) -> CreatedUser:
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
+
+
+@router.post("/users/me/token", response_model=NewToken, tags=["users"], responses={**AUTH, **LIMITED})
+async def rotate_token(token: Token, request: Request) -> NewToken:
+    """Replace the caller's token: the reply holds the new one (its only copy); the old one stops working at once
+    on this process and within ADR 0035's bound on every other."""
+    new = tokens.new_token()
+    async with write_session(request, token) as (db, me):
+        await store.set_token(db, me, tokens.token_hash(new))
+    request.app.state.token_cache.forget_user(me)
+    return NewToken(token=new)
+
+
+@router.delete("/users/me/token", status_code=204, response_class=Response, tags=["users"],
+               responses={**AUTH, **LIMITED})
+async def revoke_token(token: Token, request: Request) -> Response:
+    """Revoke the caller's token, leaving the account without one: nothing can act as it any more (there is no
+    other credential to get a new token with). To replace a leaked token, rotate it instead."""
+    async with write_session(request, token) as (db, me):
+        await store.set_token(db, me, tokens.unusable_hash())
+    request.app.state.token_cache.forget_user(me)
+    return Response(status_code=204)
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
