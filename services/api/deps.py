@@ -43,6 +43,9 @@ async def database(request: Request) -> AsyncIterator[store.Conn]:
     try:
         async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
             yield conn
+    except psycopg.errors.QueryCanceled as exc:  # WALFEED_API_STATEMENT_TIMEOUT (an OperationalError too)
+        raise ApiError(503, "the database took longer than this api allows for one request; retry later",
+                       "database-timeout", {"Retry-After": "1"}) from exc
     except (PoolTimeout, psycopg.OperationalError) as exc:
         raise ApiError(503, "the database is unavailable; retry later", "database-unavailable",
                        {"Retry-After": "1"}) from exc

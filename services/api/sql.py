@@ -48,6 +48,7 @@ UPDATE users SET
     following_count = following_count + CASE WHEN id = %(follower)s THEN %(delta)s ELSE 0 END,
     follower_count  = follower_count  + CASE WHEN id = %(followee)s THEN %(delta)s ELSE 0 END
 WHERE id IN (%(follower)s, %(followee)s)
+RETURNING id, following_count
 """
 
 # A post and its post.created outbox row in ONE statement (one round trip, atomic on its own in autocommit mode):

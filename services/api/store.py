@@ -10,7 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from services.api import paging, sql
-from services.core import events
+from services.core import events, feed
 from services.core.events import Event
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -61,14 +61,22 @@ async def rate_limit_hit(conn: Conn, key: str, window: int, limit: int) -> Row:
     return row
 
 
+class FollowLimit(Exception):
+    """Following one more account would exceed feed.MAX_FOLLOWING (nothing was written)."""
+
+
 async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) -> bool | None:
-    """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user."""
+    """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user.
+    Raises FollowLimit (and rolls back) when a new follow would exceed feed.MAX_FOLLOWING: the count is read
+    under the follower's row lock, so concurrent follows cannot both pass the cap."""
     params = {"follower": follower, "followee": followee}
     async with conn.transaction():
         changed = await _one(conn, sql.FOLLOW if follow else sql.UNFOLLOW, params) is not None
         if changed:
             await conn.execute(sql.LOCK_PAIR, {"ids": sorted((follower, followee))})
-            await conn.execute(sql.ADJUST_COUNTS, {**params, "delta": 1 if follow else -1})
+            counts = await _all(conn, sql.ADJUST_COUNTS, {**params, "delta": 1 if follow else -1})
+            if follow and any(r["id"] == follower and r["following_count"] > feed.MAX_FOLLOWING for r in counts):
+                raise FollowLimit
             kind = events.FOLLOW_CREATED if follow else events.FOLLOW_DELETED
             await _outbox(conn, Event.new(kind, f"{follower}:{followee}",
                                           {"follower_id": follower, "followee_id": followee}))

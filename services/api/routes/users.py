@@ -9,6 +9,7 @@ from services.api.deps import Token, database, session, throttle, write_session
 from services.api.models import CreatedUser, NewToken, NewUser, User
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id
+from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
@@ -61,14 +62,18 @@ async def get_user(user_id: Id, token: Token, request: Request) -> User:
 
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-            responses={**AUTH, **NOT_FOUND, **LIMITED})
+            responses={**AUTH, **NOT_FOUND, **LIMITED, 409: {"description": "already following the most allowed"}})
 async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
     async with write_session(request, token) as (db, me):
         if user_id == me:
             raise ApiError(422, "you cannot follow yourself", "self-follow")
-        if await store.set_follow(db, me, user_id, follow=True) is None:
-            raise ApiError(404, f"no user {user_id}")
+        try:
+            if await store.set_follow(db, me, user_id, follow=True) is None:
+                raise ApiError(404, f"no user {user_id}")
+        except store.FollowLimit:
+            raise ApiError(409, f"you follow {MAX_FOLLOWING} accounts, the most allowed: unfollow one first",
+                           "following-limit") from None
     return Response(status_code=204)
 
 
