@@ -23,9 +23,10 @@ from tests.harness.processes import free_port
 from tests.harness.waiting import eventually
 
 MAX_BODY = 4096
-# Limits far above what any test does, so no test trips them by accident, while every write still runs the
-# limiter's statement. Tests of the limits build their own app (tests/integration/api/test_ratelimit.py).
-HIGH_LIMITS = {"signup_limit": Quota("signup", 100_000, 3600), "write_limit": Quota("write", 1_000_000, 60)}
+# The api under test: rate limits far above what any test does, so no test trips them by accident, while every
+# write still runs the limiter's statement. Tests of the limits build their own app (test_ratelimit.py).
+TEST_API = ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8, signup_limit=Quota("signup", 100_000, 3600),
+                       write_limit=Quota("write", 1_000_000, 60))
 
 
 @contextlib.contextmanager
@@ -45,8 +46,7 @@ def serve(app: FastAPI) -> Iterator[str]:
 
 @pytest.fixture
 def api_url(settings: Settings) -> Iterator[str]:
-    api = ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8, **HIGH_LIMITS)
-    with serve(create_app(settings, api)) as url:
+    with serve(create_app(settings, TEST_API)) as url:
         yield url
 
 

@@ -10,6 +10,7 @@ trimmed or never backfilled timeline: the fan-in path), reached by the first pag
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.core.feed import MAX_FOLLOWING
 from services.core.settings import Settings
-from tests.integration.api.conftest import HIGH_LIMITS, SignUp, serve
+from tests.integration.api.conftest import TEST_API, SignUp, serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,7 +93,7 @@ def test_the_slowest_legal_reads_stay_within_the_statement_timeout(client: httpx
 
 @pytest.fixture
 def impatient(settings: Settings) -> Iterator[httpx.Client]:
-    api = ApiSettings(pool_min=1, pool_max=2, statement_timeout=0.005, **HIGH_LIMITS)  # type: ignore[arg-type]
+    api = dataclasses.replace(TEST_API, pool_max=2, statement_timeout=0.005)
     with serve(create_app(settings, api)) as url, httpx.Client(base_url=url, timeout=30) as c:
         yield c
 
