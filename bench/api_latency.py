@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import resource
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -73,6 +75,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def bench_database() -> Iterator[str]:
+    """A new empty database on ADMIN's server, dropped at exit; yields its URL."""
+    name = f"walfeed_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]  # generated name
+    try:
+        yield psycopg.conninfo.make_conninfo(ADMIN, dbname=name)
+    finally:
+        with psycopg.connect(ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+def wait_ready(client: httpx.Client, tries: int = 200) -> None:
+    """Until the api at the client's base URL answers /readyz (or `tries` polls have passed)."""
+    for _ in range(tries):
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)  # polling for the api to come up
 
 
 def pct(values: list[float], q: float) -> float:
@@ -309,14 +335,17 @@ def main() -> int:
                                                           "run; collapsed stacks to FILE")
     args = parser.parse_args()
 
-    name = f"walfeed_bench_{uuid.uuid4().hex[:8]}"
-    url = psycopg.conninfo.make_conninfo(ADMIN, dbname=name)
-    with psycopg.connect(ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]  # generated name
+    with bench_database() as url:
+        return run(url, args)
+
+
+def run(url: str, args: argparse.Namespace) -> int:
     port = free_port()
     env = {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
-           "WALFEED_API_WORKERS": str(args.workers)}
+           "WALFEED_API_WORKERS": str(args.workers),
+           # the write path itself, without the limiter's statement (its cost: bench/ratelimit_cost.py, ADR 0033)
+           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0"}
     api: subprocess.Popen[bytes] | None = None
     try:
         apply_schema(url)
@@ -324,13 +353,7 @@ def main() -> int:
                                cwd=ROOT, stdin=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=30) as client:
-            for _ in range(200):
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)  # polling for the api to come up
+            wait_ready(client)
             big_id, big = signup(client, "big")
             small_id, small = signup(client, "small")
             reader_id, reader = signup(client, "reader")
@@ -356,8 +379,6 @@ def main() -> int:
         if api is not None:
             api.send_signal(signal.SIGTERM)
             api.wait(30)
-        with psycopg.connect(ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,10 +13,10 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry, multiprocess
 
-from services.api import db, problems
+from services.api import db, problems, revocations
 from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
-from services.api.middleware import BodyLimit, Metrics
+from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
 from services.api.problems import Problem
 from services.api.routes import feed, health, posts, users
 from services.core.settings import Settings
@@ -27,25 +29,38 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        options = db.session_options(api.statement_timeout)
         pool = db.make_pool(settings.database_url, min_size=api.pool_min, max_size=api.pool_max,
-                            timeout=api.pool_timeout)
+                            timeout=api.pool_timeout, options=options)
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
+        listener = (asyncio.create_task(revocations.listen(settings.database_url, app.state.token_cache, options))
+                    if api.auth_cache_seconds > 0 else None)
         try:
             yield
         finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
             await pool.close()
 
     app = FastAPI(title="walfeed", version="1", lifespan=lifespan,
-                  description="News feed API. Errors are RFC 9457 problem documents.")
+                  description="News feed API. Errors are RFC 9457 problem documents.",
+                  # WALFEED_API_DOCS=false: no schema or UI routes at all (the schema is still app.openapi())
+                  docs_url="/docs" if api.docs else None, redoc_url="/redoc" if api.docs else None,
+                  openapi_url="/openapi.json" if api.docs else None)
     app.state.settings = settings
     app.state.api_settings = api
     app.state.token_cache = TokenCache(api.auth_cache_seconds)
     app.state.registry = CollectorRegistry()
-    app.state.scrape_registry = _scrape_registry(app.state.registry)
+    app.state.scrape_registry = scrape_registry(app.state.registry)
     for router in (users.router, posts.router, feed.router, health.router):
         app.include_router(router)
+    if not api.metrics_port:  # else main.py serves them on the internal port
+        app.include_router(health.metrics_router)
     problems.install(app)
+    app.add_middleware(RateLimitHeaders)
     app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
     app.add_middleware(Metrics, registry=app.state.registry)
 
@@ -59,7 +74,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
     return app
 
 
-def _scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
+def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     """What /metrics exposes: this process's registry, or, when main.run started several worker processes and
     set PROMETHEUS_MULTIPROC_DIR (prometheus_client then keeps every value in a file per process), the sum of
     all processes' files."""

@@ -1,8 +1,10 @@
 """A small per-process TTL cache of verified bearer tokens: sha256(token) -> user id. Pure (the clock is injected).
 
 Only tokens the database confirmed are remembered (a forged token always costs a lookup, a new sign-up works at
-once). Tokens are immutable and users are never deleted, so an entry can only go stale if that changes: the TTL
-bounds how long (ADR 0032). Bounded in size: when full, the oldest entries go first.
+once). A token can be rotated or revoked (ADR 0035): the api's listener (revocations.py) tells this cache to
+forget the user at once, and while the listener is not connected the cache serves nothing, since it could miss
+a change. A fill that raced with a change is dropped: `put` carries the generation read before the database
+lookup, and every forget or reset starts a new generation. Bounded in size: when full, the oldest entries go first.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class TokenCache:
         self.max_entries = max_entries
         self._clock = clock
         self._entries: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
+        self.generation = 0
+        self.live = False  # the listener is connected: every token change reaches forget_user
 
     def get(self, token_hash: bytes) -> int | None:
         """The user id of a token verified less than `ttl` seconds ago, else None."""
@@ -33,13 +37,26 @@ class TokenCache:
             return None
         return user
 
-    def put(self, token_hash: bytes, user: int) -> None:
-        if self.ttl <= 0:
+    def put(self, token_hash: bytes, user: int, generation: int) -> None:
+        """Remember a token the database confirmed after `generation` was read; unless something changed since."""
+        if self.ttl <= 0 or not self.live or generation != self.generation:
             return
         self._entries[token_hash] = (user, self._clock() + self.ttl)
         self._entries.move_to_end(token_hash)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+
+    def forget_user(self, user: int) -> None:
+        """The user's token changed: drop every entry of theirs (rare; a scan of at most max_entries)."""
+        self.generation += 1
+        for token_hash in [h for h, (owner, _) in self._entries.items() if owner == user]:
+            del self._entries[token_hash]
+
+    def listening(self, live: bool) -> None:
+        """The listener (re)connected or lost its connection: either way, forget everything."""
+        self.generation += 1
+        self.live = live
+        self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -7,15 +7,30 @@
 | `WALFEED_API_POOL_MAX` | `10` | most database connections open at once |
 | `WALFEED_API_POOL_TIMEOUT` | `5.0` | seconds a request waits for a free connection before failing (503) |
 | `WALFEED_API_WORKERS` | `1` | uvicorn worker processes (each with its own pool); above 1, /metrics aggregates all |
-| `WALFEED_API_AUTH_CACHE_SECONDS` | `30.0` | seconds a verified token -> user id is remembered per process; 0: off |
+| `WALFEED_API_AUTH_CACHE_SECONDS` | `30.0` | seconds a verified token is remembered per process; 0: off (ADR 0035) |
+| `WALFEED_API_METRICS_PORT` | `0` | 0: `/metrics` on the public port; N: only on this separate port instead |
+| `WALFEED_API_METRICS_HOST` | `127.0.0.1` | address of that separate metrics port |
+| `WALFEED_API_DOCS` | `true` | `false`: no `/docs`, `/redoc` or `/openapi.json` |
+| `WALFEED_API_STATEMENT_TIMEOUT` | `2.0` | seconds one database statement may run (`statement_timeout`); then 503 |
+| `WALFEED_API_SIGNUP_LIMIT` | `20` | sign-ups per client address per window; 0: no limit (ADR 0033) |
+| `WALFEED_API_SIGNUP_WINDOW` | `3600` | that window, in seconds |
+| `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, deletes, token changes); 0: no limit |
+| `WALFEED_API_WRITE_WINDOW` | `60` | that window, in seconds |
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
+from services.api.ratelimit import Quota
 from services.core.settings import Env, SettingsError
+
+# Defaults: a household or office behind one address signs up a few accounts an hour; a person writes far less
+# than 2 a second on average (Twitter allowed 2,400 posts a day). Both stop a script, not a user.
+SIGNUP_LIMIT: Final = Quota("signup", 20, 3600)
+WRITE_LIMIT: Final = Quota("write", 120, 60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,12 @@ class ApiSettings:
     pool_timeout: float = 5.0
     workers: int = 1
     auth_cache_seconds: float = 30.0
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    docs: bool = True
+    statement_timeout: float = 2.0
+    signup_limit: Quota = SIGNUP_LIMIT
+    write_limit: Quota = WRITE_LIMIT
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -43,4 +64,15 @@ class ApiSettings:
             pool_timeout=env.float("WALFEED_API_POOL_TIMEOUT", 5.0, minimum=0.1, maximum=300.0),
             workers=env.int("WALFEED_API_WORKERS", 1, minimum=1, maximum=64),
             auth_cache_seconds=env.float("WALFEED_API_AUTH_CACHE_SECONDS", 30.0, minimum=0.0, maximum=3600.0),
+            metrics_port=env.int("WALFEED_API_METRICS_PORT", 0, minimum=0, maximum=65_535),
+            metrics_host=env.str("WALFEED_API_METRICS_HOST", "127.0.0.1"),
+            docs=env.bool("WALFEED_API_DOCS", True),
+            statement_timeout=env.float("WALFEED_API_STATEMENT_TIMEOUT", 2.0, minimum=0.001, maximum=3600.0),
+            signup_limit=_quota(env, "WALFEED_API_SIGNUP", SIGNUP_LIMIT),
+            write_limit=_quota(env, "WALFEED_API_WRITE", WRITE_LIMIT),
         )
+
+
+def _quota(env: Env, prefix: str, default: Quota) -> Quota:
+    return Quota(default.policy, env.int(f"{prefix}_LIMIT", default.limit, minimum=0, maximum=1_000_000),
+                 env.int(f"{prefix}_WINDOW", default.window, minimum=1, maximum=86_400))

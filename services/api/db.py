@@ -36,12 +36,17 @@ class _RecentUse:
             await AsyncConnectionPool.check_connection(conn)
 
 
-def make_pool(url: str, *, min_size: int, max_size: int, timeout: float) -> Pool:
+def session_options(statement_timeout: float) -> str:
+    """libpq `options` of every api connection: each statement may run `statement_timeout` seconds at most."""
+    return f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
+
+
+def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "") -> Pool:
     """Not opened: `await pool.open(wait=False)` inside the event loop."""
     recent = _RecentUse()
     return AsyncConnectionPool(
         url, min_size=min_size, max_size=max_size, name="walfeed-api", open=False, timeout=timeout,
-        kwargs={"autocommit": True, "row_factory": dict_row},
+        kwargs={"autocommit": True, "row_factory": dict_row, "options": options},
         connection_class=psycopg.AsyncConnection[dict[str, Any]],
         check=recent.check, reset=recent.reset,
     )

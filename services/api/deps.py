@@ -15,10 +15,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import PoolTimeout
 
-from services.api import store, tokens
+from services.api import ratelimit, store, tokens
 from services.api.authcache import TokenCache
 from services.api.db import Pool
 from services.api.problems import ApiError, unauthorized
+from services.api.ratelimit import Quota
 
 # Documents the scheme in OpenAPI; the check itself is ours (401 + WWW-Authenticate, never 403).
 _bearer = HTTPBearer(auto_error=False, description="the token returned by POST /v1/users")
@@ -42,6 +43,9 @@ async def database(request: Request) -> AsyncIterator[store.Conn]:
     try:
         async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
             yield conn
+    except psycopg.errors.QueryCanceled as exc:  # WALFEED_API_STATEMENT_TIMEOUT (an OperationalError too)
+        raise ApiError(503, "the database took longer than this api allows for one request; retry later",
+                       "database-timeout", {"Retry-After": "1"}) from exc
     except (PoolTimeout, psycopg.OperationalError) as exc:
         raise ApiError(503, "the database is unavailable; retry later", "database-unavailable",
                        {"Retry-After": "1"}) from exc
@@ -54,10 +58,11 @@ async def authenticate(request: Request, db: store.Conn, token: str) -> int:
     user = cache.get(digest)
     if user is not None:
         return user
+    generation = cache.generation  # a token change seen after this drops the fill below
     row = await store.authenticate(db, digest)
     if row is None or not tokens.matches(row["token_hash"], token):
         raise unauthorized("the bearer token is not valid")
-    cache.put(digest, int(row["id"]))
+    cache.put(digest, int(row["id"]), generation)
     return int(row["id"])
 
 
@@ -66,3 +71,24 @@ async def session(request: Request, token: str) -> AsyncIterator[tuple[store.Con
     """A connection and the authenticated caller's id."""
     async with database(request) as db:
         yield db, await authenticate(request, db, token)
+
+
+@asynccontextmanager
+async def write_session(request: Request, token: str) -> AsyncIterator[tuple[store.Conn, int]]:
+    """A session whose caller is within the per-user write limit (429 otherwise)."""
+    async with session(request, token) as (db, me):
+        await throttle(request, db, request.app.state.api_settings.write_limit, str(me))
+        yield db, me
+
+
+async def throttle(request: Request, db: store.Conn, quota: Quota, subject: str) -> None:
+    """Count this request against `quota` for `subject`; 429 with Retry-After when over it. The RateLimit
+    header fields go on whatever the response is (middleware.RateLimitHeaders)."""
+    if not quota.enabled:
+        return
+    row = await store.rate_limit_hit(db, quota.key(subject), quota.window, quota.limit)
+    decision = ratelimit.decide(quota, row["hits"], row["window_start"], row["now"])
+    request.state.rate_limit = decision
+    if not decision.allowed:
+        raise ApiError(429, f"too many requests: {quota.limit} per {quota.window} s ({quota.policy}); "
+                            f"retry in {decision.reset} s", "rate-limited", {"Retry-After": str(decision.reset)})

@@ -5,21 +5,26 @@ Settings: the shared ones (services.core.settings) plus services.api.config (WAL
 WALFEED_API_WORKERS=N > 1, uvicorn's supervisor runs N worker processes on one listening socket (each builds its
 own app and pool from the environment, `worker_app`), restarts one that dies, and stops them all on SIGTERM.
 Their Prometheus values live in a temporary PROMETHEUS_MULTIPROC_DIR made and removed here, so /metrics on any
-worker reports the sum over all of them.
+worker reports the sum over all of them. With WALFEED_API_METRICS_PORT set, /metrics is not on the public port:
+this process serves it on that port (WALFEED_API_METRICS_HOST, 127.0.0.1 by default), the supervisor's sum of all
+workers when there are several.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, start_http_server
 
-from services.api.app import create_app
+from services.api.app import create_app, scrape_registry
 from services.api.config import ApiSettings
 from services.core import logs
 from services.core.settings import Settings
@@ -36,11 +41,28 @@ def run(settings: Settings, host: str, port: int) -> int:
     log.info("api starting", extra={"host": host, "port": port, "workers": api.workers,
                                     "max_body_bytes": api.max_body_bytes})
     if api.workers > 1:
-        _run_workers(host, port, api.workers)
+        _run_workers(host, port, api)
     else:
-        _run_single(create_app(settings, api), host, port)
+        app = create_app(settings, api)
+        with _metrics_port(api, app.state.scrape_registry):
+            _run_single(app, host, port)
     log.info("api stopped")
     return 0
+
+
+@contextlib.contextmanager
+def _metrics_port(api: ApiSettings, registry: CollectorRegistry) -> Iterator[None]:
+    """Serve `registry` on the internal metrics port while the api runs (nothing when the port is 0)."""
+    if not api.metrics_port:
+        yield
+        return
+    server, thread = start_http_server(api.metrics_port, addr=api.metrics_host, registry=registry)
+    log.info("api metrics listening", extra={"host": api.metrics_host, "port": api.metrics_port})
+    try:
+        yield
+    finally:
+        server.shutdown()
+        thread.join(5)
 
 
 def _run_single(app: FastAPI, host: str, port: int) -> None:
@@ -54,14 +76,15 @@ def _run_single(app: FastAPI, host: str, port: int) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_workers(host: str, port: int, workers: int) -> None:
+def _run_workers(host: str, port: int, api: ApiSettings) -> None:
     metrics_dir = tempfile.mkdtemp(prefix="walfeed-api-metrics-")
     # Read by the workers (spawned: they inherit the environment; settings flags were written into it by the CLI).
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     os.environ["WALFEED_LOG_LEVEL"] = logging.getLevelName(logging.getLogger().level)
     try:
-        uvicorn.run("services.api.main:worker_app", factory=True, host=host, port=port, workers=workers,
-                    **_SERVER_OPTIONS)  # type: ignore[arg-type]
+        with _metrics_port(api, scrape_registry(CollectorRegistry())):  # the sum of the workers' files
+            uvicorn.run("services.api.main:worker_app", factory=True, host=host, port=port, workers=api.workers,
+                        **_SERVER_OPTIONS)  # type: ignore[arg-type]
     finally:
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: request size limit (before any parsing) and Prometheus metrics by route template."""
+"""Pure ASGI middleware: request size limit (before any parsing), Prometheus metrics by route template, and the
+RateLimit header fields of a request that was counted against a limit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.api.problems import problem_response
+from services.api.ratelimit import Decision
 
 
 class BodyLimit:
@@ -73,6 +75,28 @@ class Metrics:
             route = _template(scope)
             self.requests.labels(scope["method"], route, str(status)).inc()
             self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
+
+
+class RateLimitHeaders:
+    """Adds `RateLimit-Policy` and `RateLimit` to the response of a request that deps.throttle counted (kept in
+    request.state, i.e. scope["state"]), whatever its status: the 429 itself, or a 201, 204, 404..."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def add_fields(message: Message) -> None:
+            decision: Decision | None = scope.get("state", {}).get("rate_limit")
+            if message["type"] == "http.response.start" and decision is not None:
+                message["headers"] = [*message.get("headers", []),
+                                      *((k.lower().encode(), v.encode()) for k, v in decision.headers.items())]
+            await send(message)
+
+        await self.app(scope, receive, add_fields)
 
 
 def _template(scope: Scope) -> str:

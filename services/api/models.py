@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.api import text
+
 BIGINT_MAX = 2**63 - 1
 HANDLE_PATTERN = r"^[a-z0-9_]{1,30}$"
 
@@ -23,6 +25,10 @@ class CreatedUser(BaseModel):
     token: str = Field(description="bearer token; shown once, only its hash is stored")
 
 
+class NewToken(BaseModel):
+    token: str = Field(description="the caller's new bearer token; the old one no longer works")
+
+
 class User(BaseModel):
     id: int
     handle: str
@@ -33,7 +39,8 @@ class User(BaseModel):
 
 class NewPost(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    body: Annotated[str, Field(min_length=1, max_length=500, examples=["hello"])]
+    body: Annotated[str, Field(min_length=1, max_length=text.MAX_CHARS, examples=["hello"],
+                              description="1..500 characters, stored NFC-normalised; see ADR 0034")]
 
     @field_validator("body")
     @classmethod
@@ -44,7 +51,7 @@ class NewPost(BaseModel):
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError("body must be valid Unicode (no lone surrogates)") from None
-        return value
+        return text.normalize_body(value)
 
 
 class Post(BaseModel):

@@ -27,6 +27,7 @@ TITLES: Final[dict[int, str]] = {
     413: "Content too large",
     415: "Unsupported media type",
     422: "Unprocessable content",
+    429: "Too many requests",
     500: "Internal server error",
     503: "Service unavailable",
 }

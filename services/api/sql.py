@@ -9,8 +9,26 @@ INSERT INTO users (handle, token_hash) VALUES (%(handle)s, %(hash)s)
 ON CONFLICT (handle) DO NOTHING
 RETURNING id, handle
 """
+# Rotation and revocation: the new hash and, in the same statement (so sent when it commits), the notification
+# every api process listens for to drop the old token from its cache (revocations.py, ADR 0035).
+SET_TOKEN: Final = """
+WITH changed AS (UPDATE users SET token_hash = %(hash)s WHERE id = %(id)s RETURNING id)
+SELECT pg_notify('walfeed_token_changed', id::text) FROM changed
+"""
 GET_USER: Final = "SELECT id, handle, follower_count, following_count FROM users WHERE id = %(id)s"
 USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
+
+# Count one request in its partition's current fixed window (services/api/ratelimit.py decides the rest).
+# The window comes from the database's clock, the same for every api process. hits stops at limit + 1.
+RATE_LIMIT_HIT: Final = """
+WITH clock AS (SELECT extract(epoch FROM statement_timestamp())::float8 AS now)
+INSERT INTO rate_limits AS r (key, window_start, hits)
+SELECT %(key)s, (floor(now / %(window)s) * %(window)s)::bigint, 1 FROM clock
+ON CONFLICT (key) DO UPDATE SET
+    hits = CASE WHEN r.window_start = excluded.window_start THEN LEAST(r.hits + 1, %(cap)s) ELSE 1 END,
+    window_start = excluded.window_start
+RETURNING hits, window_start, (SELECT now FROM clock) AS now
+"""
 
 # Follow counts change only when a follows row was really inserted or deleted, in the same transaction.
 # Both users rows are locked in id order first, so A->B and B->A at once cannot deadlock.
@@ -30,6 +48,7 @@ UPDATE users SET
     following_count = following_count + CASE WHEN id = %(follower)s THEN %(delta)s ELSE 0 END,
     follower_count  = follower_count  + CASE WHEN id = %(followee)s THEN %(delta)s ELSE 0 END
 WHERE id IN (%(follower)s, %(followee)s)
+RETURNING id, following_count
 """
 
 # A post and its post.created outbox row in ONE statement (one round trip, atomic on its own in autocommit mode):
@@ -60,7 +79,6 @@ UPDATE posts SET deleted_at = now()
 WHERE id = %(id)s AND author_id = %(author)s AND deleted_at IS NULL
 RETURNING id, author_id
 """
-POST_OWNER: Final = "SELECT author_id, deleted_at IS NOT NULL AS deleted FROM posts WHERE id = %(id)s"
 
 INSERT_OUTBOX: Final = """
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)

@@ -10,7 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from services.api import paging, sql
-from services.core import events
+from services.core import events, feed
 from services.core.events import Event
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -41,6 +41,11 @@ async def create_user(conn: Conn, handle: str, token_hash: bytes) -> Row | None:
     return await _one(conn, sql.CREATE_USER, {"handle": handle, "hash": token_hash})
 
 
+async def set_token(conn: Conn, user: int, token_hash: bytes) -> None:
+    """Replace the user's token hash and notify every api process (revocations.CHANNEL)."""
+    await conn.execute(sql.SET_TOKEN, {"id": user, "hash": token_hash})
+
+
 async def get_user(conn: Conn, user_id: int) -> Row | None:
     return await _one(conn, sql.GET_USER, {"id": user_id})
 
@@ -49,14 +54,29 @@ async def user_exists(conn: Conn, user_id: int) -> bool:
     return await _one(conn, sql.USER_EXISTS, {"id": user_id}) is not None
 
 
+async def rate_limit_hit(conn: Conn, key: str, window: int, limit: int) -> Row:
+    """Count a request in `key`'s current window: its hits (this one included), window_start and the db's now."""
+    row = await _one(conn, sql.RATE_LIMIT_HIT, {"key": key, "window": window, "cap": limit + 1})
+    assert row is not None  # an UPSERT ... RETURNING always returns its row
+    return row
+
+
+class FollowLimit(Exception):
+    """Following one more account would exceed feed.MAX_FOLLOWING (nothing was written)."""
+
+
 async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) -> bool | None:
-    """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user."""
+    """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user.
+    Raises FollowLimit (and rolls back) when a new follow would exceed feed.MAX_FOLLOWING: the count is read
+    under the follower's row lock, so concurrent follows cannot both pass the cap."""
     params = {"follower": follower, "followee": followee}
     async with conn.transaction():
         changed = await _one(conn, sql.FOLLOW if follow else sql.UNFOLLOW, params) is not None
         if changed:
             await conn.execute(sql.LOCK_PAIR, {"ids": sorted((follower, followee))})
-            await conn.execute(sql.ADJUST_COUNTS, {**params, "delta": 1 if follow else -1})
+            counts = await _all(conn, sql.ADJUST_COUNTS, {**params, "delta": 1 if follow else -1})
+            if follow and any(r["id"] == follower and r["following_count"] > feed.MAX_FOLLOWING for r in counts):
+                raise FollowLimit
             kind = events.FOLLOW_CREATED if follow else events.FOLLOW_DELETED
             await _outbox(conn, Event.new(kind, f"{follower}:{followee}",
                                           {"follower_id": follower, "followee_id": followee}))
@@ -83,16 +103,12 @@ async def get_post(conn: Conn, post_id: int) -> Row | None:
 
 
 async def delete_post(conn: Conn, post_id: int, author: int) -> Row | None:
-    """Soft-delete the caller's post. None when nothing was deleted; then see post_owner()."""
+    """Soft-delete the caller's post. None when nothing was deleted (unknown, deleted already, or not theirs)."""
     async with conn.transaction():
         row = await _one(conn, sql.DELETE_POST, {"id": post_id, "author": author})
         if row is not None:
             await _outbox(conn, Event.new(events.POST_DELETED, post_id, {"post_id": post_id, "author_id": author}))
     return row
-
-
-async def post_owner(conn: Conn, post_id: int) -> Row | None:
-    return await _one(conn, sql.POST_OWNER, {"id": post_id})
 
 
 async def author_posts(conn: Conn, author: int, before: int, fetch: int) -> list[Row]:

@@ -19,6 +19,11 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+def unusable_hash() -> bytes:
+    """A stored hash that revokes: the sha256 of 256 random bits nobody holds, so no token matches it."""
+    return hashlib.sha256(secrets.token_bytes(TOKEN_BYTES)).digest()
+
+
 def matches(stored_hash: bytes, token: str) -> bool:
     return hmac.compare_digest(bytes(stored_hash), token_hash(token))
 

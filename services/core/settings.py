@@ -17,6 +17,8 @@ T = TypeVar("T", int, float)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 class SettingsError(Exception):
@@ -38,6 +40,14 @@ class Env:
         if pattern is not None and not pattern.match(value):
             raise SettingsError(f"{name}={value!r} is invalid: it must match {pattern.pattern}")
         return value
+
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
+        raw = self._environ.get(name, "").strip().lower()
+        if not raw:
+            return default
+        if raw in _TRUE or raw in _FALSE:
+            return raw in _TRUE
+        raise SettingsError(f"{name}={raw!r} is invalid: expected one of {', '.join(sorted(_TRUE | _FALSE))}")
 
     def int(self, name: builtins.str, default: builtins.int, minimum: builtins.int = 0,
             maximum: builtins.int | None = None) -> builtins.int:

@@ -19,6 +19,14 @@ def test_defaults() -> None:
     ({"WALFEED_API_WORKERS": "0"}, "WALFEED_API_WORKERS"),
     ({"WALFEED_API_WORKERS": "two"}, "WALFEED_API_WORKERS"),
     ({"WALFEED_API_AUTH_CACHE_SECONDS": "-1"}, "WALFEED_API_AUTH_CACHE_SECONDS"),
+    ({"WALFEED_API_METRICS_PORT": "70000"}, "WALFEED_API_METRICS_PORT"),
+    ({"WALFEED_API_METRICS_HOST": " "}, "WALFEED_API_METRICS_HOST"),
+    ({"WALFEED_API_DOCS": "maybe"}, "WALFEED_API_DOCS"),
+    ({"WALFEED_API_STATEMENT_TIMEOUT": "0"}, "WALFEED_API_STATEMENT_TIMEOUT"),
+    ({"WALFEED_API_SIGNUP_LIMIT": "-1"}, "WALFEED_API_SIGNUP_LIMIT"),
+    ({"WALFEED_API_SIGNUP_WINDOW": "0"}, "WALFEED_API_SIGNUP_WINDOW"),
+    ({"WALFEED_API_WRITE_LIMIT": "lots"}, "WALFEED_API_WRITE_LIMIT"),
+    ({"WALFEED_API_WRITE_WINDOW": "86401"}, "WALFEED_API_WRITE_WINDOW"),
 ])
 def test_invalid_values_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
@@ -28,3 +36,12 @@ def test_invalid_values_name_the_variable(env: dict[str, str], named: str) -> No
 def test_workers_and_auth_cache_from_env() -> None:
     api = ApiSettings.from_env({"WALFEED_API_WORKERS": "3", "WALFEED_API_AUTH_CACHE_SECONDS": "0"})
     assert (api.workers, api.auth_cache_seconds) == (3, 0.0)
+
+
+def test_security_settings_from_env() -> None:
+    api = ApiSettings.from_env({"WALFEED_API_METRICS_PORT": "9100", "WALFEED_API_DOCS": "off",
+                                "WALFEED_API_STATEMENT_TIMEOUT": "0.5", "WALFEED_API_WRITE_LIMIT": "0",
+                                "WALFEED_API_SIGNUP_LIMIT": "5", "WALFEED_API_SIGNUP_WINDOW": "60"})
+    assert (api.metrics_port, api.metrics_host, api.docs, api.statement_timeout) == (9100, "127.0.0.1", False, 0.5)
+    assert not api.write_limit.enabled
+    assert (api.signup_limit.policy, api.signup_limit.limit, api.signup_limit.window) == ("signup", 5, 60)

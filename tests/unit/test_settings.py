@@ -1,6 +1,6 @@
 import pytest
 
-from services.core.settings import Settings, SettingsError
+from services.core.settings import Env, Settings, SettingsError
 
 
 def test_defaults_match_the_spec() -> None:
@@ -24,3 +24,14 @@ def test_defaults_match_the_spec() -> None:
 def test_invalid_values_name_the_variable(var: str, value: str) -> None:
     with pytest.raises(SettingsError, match=var):
         Settings.from_env({var: value})
+
+
+@pytest.mark.parametrize(("raw", "value"), [("", True), ("true", True), (" ON ", True), ("1", True), ("yes", True),
+                                            ("false", False), ("Off", False), ("0", False), ("no", False)])
+def test_flags(raw: str, value: bool) -> None:
+    assert Env({"FLAG": raw}).bool("FLAG", True) is value
+
+
+def test_an_invalid_flag_names_the_variable() -> None:
+    with pytest.raises(SettingsError, match="FLAG"):
+        Env({"FLAG": "maybe"}).bool("FLAG", True)

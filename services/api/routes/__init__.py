@@ -18,6 +18,7 @@ BODY: dict[int | str, dict[str, Any]] = {
     413: {"description": "request body over the size limit"},
 }
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"description": "database unavailable"}}
+LIMITED: dict[int | str, dict[str, Any]] = {429: {"description": "rate limit exceeded: see Retry-After and RateLimit"}}
 
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="an id (positive bigint)")]
 Limit = Annotated[int, Query(ge=1, le=100, description="page size")]

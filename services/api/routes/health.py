@@ -1,4 +1,5 @@
-"""Liveness, readiness, metrics: no authentication."""
+"""Liveness, readiness, metrics: no authentication. Metrics are a router of their own: with
+WALFEED_API_METRICS_PORT set they are served on that internal port instead (main.py), not on the public one."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ async def readyz(request: Request) -> Status:
     return Status(status="ok")
 
 
-@router.get("/metrics", response_class=Response,
+metrics_router = APIRouter(tags=["operations"])
+
+
+@metrics_router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition"}})
 def metrics(request: Request) -> Response:

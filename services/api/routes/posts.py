@@ -11,10 +11,10 @@ from fastapi import APIRouter, Header, Request, Response
 
 from services.api import cursor as cursors
 from services.api import paging, store
-from services.api.deps import Token, session
+from services.api.deps import Token, session, write_session
 from services.api.models import NewPost, Page, Post, post_from_row, post_json
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, NOT_FOUND, UNAVAILABLE, CursorParam, Id, Limit
+from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, CursorParam, Id, Limit
 
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
 
@@ -28,12 +28,12 @@ def request_hash(new: NewPost) -> bytes:
     return hashlib.sha256(orjson.dumps(new.model_dump(), option=orjson.OPT_SORT_KEYS)).digest()
 
 
-@router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={**BODY})
+@router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={**BODY, **LIMITED})
 async def create_post(new: NewPost, token: Token, request: Request,
                       idempotency_key: IdempotencyKey = None) -> Response:
     """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
     digest = request_hash(new) if idempotency_key is not None else None
-    async with session(request, token) as (db, me):
+    async with write_session(request, token) as (db, me):
         row, created = await store.create_post(db, me, new.body, idempotency_key, digest)
     if not created and (digest is None or not hmac.compare_digest(bytes(row["request_hash"] or b""), digest)):
         raise ApiError(422, "this Idempotency-Key was already used with a different request body",
@@ -53,17 +53,13 @@ async def get_post(post_id: Id, token: Token, request: Request) -> Post:
 
 
 @router.delete("/posts/{post_id}", status_code=204, response_class=Response, tags=["posts"],
-               responses={**NOT_FOUND, 403: {"description": "not the author"}})
+               responses={**NOT_FOUND, **LIMITED})
 async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
-    """Delete one of the caller's posts (idempotent for its author)."""
-    async with session(request, token) as (db, me):
-        deleted = await store.delete_post(db, post_id, me) is not None
-        owner = None if deleted else await store.post_owner(db, post_id)
-    if not deleted:
-        if owner is None:
-            raise ApiError(404, f"no post {post_id}")
-        if owner["author_id"] != me:
-            raise ApiError(403, "only the author can delete a post", "not-author")
+    """Delete one of the caller's posts. A post that is deleted already, or not the caller's, is a 404 as for
+    GET: the answer does not tell whether someone else's post exists."""
+    async with write_session(request, token) as (db, me):
+        if await store.delete_post(db, post_id, me) is None:
+            raise ApiError(404, f"no post {post_id} of yours")
     return Response(status_code=204)
 
 

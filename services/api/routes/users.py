@@ -4,25 +4,50 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from services.api import store, tokens
-from services.api.deps import Token, database, session
-from services.api.models import CreatedUser, NewUser, User
+from services.api import ratelimit, store, tokens
+from services.api.deps import Token, database, session, throttle, write_session
+from services.api.models import CreatedUser, NewToken, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, NOT_FOUND, UNAVAILABLE, Id
+from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id
+from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
 
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
-             responses={**BODY, 409: {"description": "handle taken"}})
+             responses={**BODY, **LIMITED, 409: {"description": "handle taken"}})
 async def create_user(new: NewUser, request: Request) -> CreatedUser:
     """Sign up. The token in the reply is the only copy: only its hash is stored."""
     token = tokens.new_token()
+    client = ratelimit.client_subject(request.client.host if request.client else None)
     async with database(request) as db:
+        await throttle(request, db, request.app.state.api_settings.signup_limit, client)
         row = await store.create_user(db, new.handle, tokens.token_hash(token))
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
+
+
+@router.post("/users/me/token", response_model=NewToken, tags=["users"], responses={**AUTH, **LIMITED})
+async def rotate_token(token: Token, request: Request) -> NewToken:
+    """Replace the caller's token: the reply holds the new one (its only copy); the old one stops working at once
+    on this process and within ADR 0035's bound on every other."""
+    new = tokens.new_token()
+    async with write_session(request, token) as (db, me):
+        await store.set_token(db, me, tokens.token_hash(new))
+    request.app.state.token_cache.forget_user(me)
+    return NewToken(token=new)
+
+
+@router.delete("/users/me/token", status_code=204, response_class=Response, tags=["users"],
+               responses={**AUTH, **LIMITED})
+async def revoke_token(token: Token, request: Request) -> Response:
+    """Revoke the caller's token, leaving the account without one: nothing can act as it any more (there is no
+    other credential to get a new token with). To replace a leaked token, rotate it instead."""
+    async with write_session(request, token) as (db, me):
+        await store.set_token(db, me, tokens.unusable_hash())
+    request.app.state.token_cache.forget_user(me)
+    return Response(status_code=204)
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
@@ -37,22 +62,26 @@ async def get_user(user_id: Id, token: Token, request: Request) -> User:
 
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-            responses={**AUTH, **NOT_FOUND})
+            responses={**AUTH, **NOT_FOUND, **LIMITED, 409: {"description": "already following the most allowed"}})
 async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
-    async with session(request, token) as (db, me):
+    async with write_session(request, token) as (db, me):
         if user_id == me:
             raise ApiError(422, "you cannot follow yourself", "self-follow")
-        if await store.set_follow(db, me, user_id, follow=True) is None:
-            raise ApiError(404, f"no user {user_id}")
+        try:
+            if await store.set_follow(db, me, user_id, follow=True) is None:
+                raise ApiError(404, f"no user {user_id}")
+        except store.FollowLimit:
+            raise ApiError(409, f"you follow {MAX_FOLLOWING} accounts, the most allowed: unfollow one first",
+                           "following-limit") from None
     return Response(status_code=204)
 
 
 @router.delete("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-               responses={**AUTH, **NOT_FOUND})
+               responses={**AUTH, **NOT_FOUND, **LIMITED})
 async def unfollow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller stops following user_id. Idempotent."""
-    async with session(request, token) as (db, me):
+    async with write_session(request, token) as (db, me):
         if user_id != me and await store.set_follow(db, me, user_id, follow=False) is None:
             raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)

@@ -17,11 +17,16 @@ from psycopg.rows import dict_row
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
+from services.api.ratelimit import Quota
 from services.core.settings import Settings
 from tests.harness.processes import free_port
 from tests.harness.waiting import eventually
 
 MAX_BODY = 4096
+# The api under test: rate limits far above what any test does, so no test trips them by accident, while every
+# write still runs the limiter's statement. Tests of the limits build their own app (test_ratelimit.py).
+TEST_API = ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8, signup_limit=Quota("signup", 100_000, 3600),
+                       write_limit=Quota("write", 1_000_000, 60))
 
 
 @contextlib.contextmanager
@@ -41,7 +46,7 @@ def serve(app: FastAPI) -> Iterator[str]:
 
 @pytest.fixture
 def api_url(settings: Settings) -> Iterator[str]:
-    with serve(create_app(settings, ApiSettings(max_body_bytes=MAX_BODY, pool_min=1, pool_max=8))) as url:
+    with serve(create_app(settings, TEST_API)) as url:
         yield url
 
 

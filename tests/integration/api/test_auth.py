@@ -58,9 +58,9 @@ def test_another_users_token_cannot_act_as_the_owner(client: httpx.Client, signu
     assert client.get(f"/v1/users/{owner.id}", headers=other.auth).status_code == 200
     assert client.get(f"/v1/posts/{post}", headers=other.auth).status_code == 200
     assert client.get(f"/v1/users/{owner.id}/posts", headers=other.auth).status_code == 200
-    # Deleting someone else's post: 403, and the post stays.
+    # Deleting someone else's post: 404 as for a post that does not exist, and the post stays.
     reply = client.delete(f"/v1/posts/{post}", headers=other.auth)
-    assert reply.status_code == 403 and reply.headers["content-type"] == "application/problem+json"
+    assert reply.status_code == 404 and reply.headers["content-type"] == "application/problem+json"
     assert client.get(f"/v1/posts/{post}", headers=owner.auth).status_code == 200
     # author_id is never taken from the client (extra fields are rejected outright).
     reply = client.post("/v1/posts", json={"body": "x", "author_id": owner.id}, headers=other.auth)
@@ -80,3 +80,14 @@ def test_public_endpoints_need_no_token(client: httpx.Client) -> None:
     for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
         assert client.get(path).status_code == 200, path
     assert client.post("/v1/users", json={"handle": "newbie"}).status_code == 201
+
+
+def test_deleting_a_deleted_or_someone_elses_post_is_404_like_get(client: httpx.Client, signup: SignUp,
+                                                                    owner_and_post: tuple[Account, int]) -> None:
+    owner, post = owner_and_post
+    other = signup("other")
+    assert client.delete(f"/v1/posts/{post}", headers=owner.auth).status_code == 204
+    for caller in (other, owner):  # someone else's deleted post, and one's own deleted post
+        assert client.get(f"/v1/posts/{post}", headers=caller.auth).status_code == 404
+        reply = client.delete(f"/v1/posts/{post}", headers=caller.auth)
+        assert reply.status_code == 404 and reply.json()["status"] == 404, reply.text

@@ -120,3 +120,25 @@ def test_database_down_is_503_problem_not_500(unreachable_api: str) -> None:
         assert ready.status_code == 503 and ready.headers["content-type"] == "application/problem+json"
         signup = client.post("/v1/users", json={"handle": "x"})
         assert signup.status_code == 503 and signup.json()["status"] == 503
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_metrics_on_an_internal_port_and_docs_off(processes: Processes, tmp_path: Path, workers: str) -> None:
+    port, metrics_port = free_port(), free_port()
+    api = processes.start("api", "api", "--port", str(port), env={
+        "WALFEED_API_WORKERS": workers, "TMPDIR": str(tmp_path), "WALFEED_API_METRICS_PORT": str(metrics_port),
+        "WALFEED_API_DOCS": "false"})
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, timeout=60, what="api ready")
+    for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):  # none of them on the public port
+        reply = httpx.get(f"{base}{path}", timeout=10)
+        assert reply.status_code == 404 and reply.headers["content-type"] == "application/problem+json", path
+    assert httpx.post(f"{base}/v1/users", json={"handle": "metered"}, timeout=10).status_code == 201
+    line = 'walfeed_api_requests_total{method="POST",route="/v1/users",status="201"} 1.0'
+
+    def scrape() -> str | None:
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        return text if line in text else None
+
+    assert 'route="/readyz"' in eventually(scrape, timeout=30, what="the sign-up counted on the metrics port")
+    assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()

@@ -26,7 +26,7 @@ def test_every_write_commits_its_event_and_no_ops_write_none(client: httpx.Clien
     assert client.put(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204  # no-op
     post = client.post("/v1/posts", json={"body": "hi"}, headers=bob.auth).json()
     assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 204
-    assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 204  # no-op
+    assert client.delete(f"/v1/posts/{post['id']}", headers=bob.auth).status_code == 404  # deleted: no event
     assert client.delete(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204
     assert client.delete(f"/v1/following/{bob.id}", headers=alice.auth).status_code == 204  # no-op
     follow = {"follower_id": alice.id, "followee_id": bob.id}
@@ -153,3 +153,20 @@ def test_health_and_metrics(client: httpx.Client, signup: SignUp) -> None:
     assert 'walfeed_api_requests_total{method="GET",route="/v1/users/{user_id}",status="200"}' in text
     assert f"/v1/users/{alice.id}\"" not in text  # route templates, never raw paths
     assert "walfeed_api_request_seconds_bucket" in text
+
+
+@pytest.mark.parametrize("body", [" ", "\u200b", "\u3000\u200d", "\u202egnp.exe", "ok \u2066isolated\u2069"])
+def test_invisible_and_bidi_control_bodies_are_422_and_write_nothing(client: httpx.Client, signup: SignUp, db: Db,
+                                                                      body: str) -> None:
+    alice = signup("alice")
+    reply = client.post("/v1/posts", json={"body": body}, headers=alice.auth)
+    assert reply.status_code == 422 and reply.headers["content-type"] == "application/problem+json", reply.text
+    assert reply.json()["errors"][0]["loc"] == ["body", "body"]
+    assert db.execute("SELECT count(*) AS n FROM posts").fetchone() == {"n": 0}
+
+
+def test_bodies_are_stored_and_returned_nfc(client: httpx.Client, signup: SignUp, db: Db) -> None:
+    alice = signup("alice")
+    post = client.post("/v1/posts", json={"body": "cafe\u0301"}, headers=alice.auth).json()
+    assert post["body"] == "caf\u00e9"
+    assert db.execute("SELECT body FROM posts WHERE id = %s", (post["id"],)).fetchone() == {"body": "caf\u00e9"}
