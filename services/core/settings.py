@@ -17,6 +17,8 @@ T = TypeVar("T", int, float)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+# A metrics endpoint's bind address: an IPv4/IPv6 address or a host name (no scheme, no port).
+METRICS_HOST = re.compile(r"^[A-Za-z0-9.:\-]{1,253}$")
 
 
 class SettingsError(Exception):

@@ -8,6 +8,7 @@
 | `WALFEED_WORKER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
 | `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
 | `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
+| `WALFEED_WORKER_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated: keep it internal) |
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import METRICS_HOST, Env, SettingsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class WorkerSettings:
     retry_base: float
     retry_cap: float
     metrics_port: int
+    metrics_host: str
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -47,4 +49,5 @@ class WorkerSettings:
             retry_base=base,
             retry_cap=cap,
             metrics_port=env.int("WALFEED_WORKER_METRICS_PORT", 9102, minimum=0, maximum=65_535),
+            metrics_host=env.str("WALFEED_WORKER_METRICS_HOST", "127.0.0.1", METRICS_HOST),
         )

@@ -19,14 +19,14 @@ LATENCY = Histogram("walfeed_worker_handler_seconds", "Time to process one messa
                     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))
 
 
-def serve(port: int) -> None:
+def serve(port: int, host: str) -> None:
     if port == 0:
         return
     try:
-        start_http_server(port)
-        log.info("metrics listening", extra={"port": port})
+        start_http_server(port, addr=host)
+        log.info("metrics listening", extra={"host": host, "port": port})
     except OSError as exc:
-        log.warning("metrics endpoint unavailable", extra={"port": port, "error": repr(exc)})
+        log.warning("metrics endpoint unavailable", extra={"host": host, "port": port, "error": repr(exc)})
 
 
 def observe(result: Result) -> None:
