@@ -41,6 +41,22 @@ class Env:
             raise SettingsError(f"{name}={value!r} is invalid: it must match {pattern.pattern}")
         return value
 
+    def optional(self, name: builtins.str) -> builtins.str | None:
+        """The value, or None when the variable is unset or blank."""
+        value = self._environ.get(name, "").strip()
+        return value or None
+
+    def secret(self, name: builtins.str, min_length: builtins.int) -> builtins.str:
+        """A required secret (no default). Error messages never include the value."""
+        value = self._environ.get(name, "")
+        if not value.strip():
+            raise SettingsError(f"{name} is not set: it has no default, set it to a secret of at least "
+                                f"{min_length} characters")
+        if len(value) < min_length or value != value.strip():
+            raise SettingsError(f"{name} is invalid: it must be at least {min_length} characters, "
+                                "without leading or trailing whitespace")
+        return value
+
     def int(self, name: builtins.str, default: builtins.int, minimum: builtins.int = 0,
             maximum: builtins.int | None = None) -> builtins.int:
         return self._number(name, default, int, minimum, maximum)
