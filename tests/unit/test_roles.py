@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
 import re
+import threading
+from typing import ClassVar
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from services.cli import main
-from services.cli.broker_users import vhost_of
+from services.cli.broker_users import ManagementApi, vhost_of
 from services.cli.roles import (
+    Permissions,
     RoleSettings,
     amqp_permissions,
     password_variables,
@@ -91,3 +97,39 @@ def test_credentials_and_vhosts_are_url_encoded() -> None:
     url = with_credentials("amqp://guest:guest@mq/%2F", "u@x", "p/w:d")
     assert url == "amqp://u%40x:p%2Fw%3Ad@mq/%2F"
     assert (vhost_of(url), vhost_of("amqp://mq/prod"), vhost_of("amqp://mq")) == ("/", "prod", "/")
+
+
+class _FakeManagement(http.server.BaseHTTPRequestHandler):
+    """Records each request of the RabbitMQ management API client; answers 204, or 404 for unknown users."""
+
+    seen: ClassVar[list[tuple[str, str, str | None, object]]] = []
+
+    def _record(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.seen.append((self.command, self.path, self.headers.get("Authorization"), body))
+        self.send_response(404 if self.command == "DELETE" else 204)
+        self.end_headers()
+
+    do_PUT = do_DELETE = _record
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_management_api_client_sends_users_and_permissions_without_leaking_credentials() -> None:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeManagement)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        admin = ManagementApi(f"http://admin:p%40ss@127.0.0.1:{server.server_port}/")
+        admin.ensure_user("wf_worker", "secret-password-123", "/", Permissions("^c$", "^w$", "^r$"))
+        admin.delete_user("wf_gone")  # 404: already gone is fine
+    finally:
+        server.shutdown()
+        server.server_close()
+    auth = "Basic " + base64.b64encode(b"admin:p@ss").decode()
+    assert _FakeManagement.seen == [
+        ("PUT", "/api/users/wf_worker", auth, {"password": "secret-password-123", "tags": ""}),
+        ("PUT", "/api/permissions/%2F/wf_worker", auth, {"configure": "^c$", "write": "^w$", "read": "^r$"}),
+        ("DELETE", "/api/users/wf_gone", auth, None),
+    ]
