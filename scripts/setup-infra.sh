@@ -2,8 +2,10 @@
 # Make this machine's PostgreSQL and RabbitMQ ready for walfeed. Idempotent: run it as often as you like.
 #
 #   - installs the wal2json output plugin (Debian: postgresql-<ver>-wal2json) if it is missing;
-#   - configures the local Debian cluster: wal_level=logical, room for replication slots and WAL senders,
-#     replication connections allowed from localhost (pg_hba), then restarts or reloads it as needed;
+#   - configures the local Debian cluster: wal_level=logical, room for replication slots and WAL senders, then
+#     restarts or reloads it as needed. pg_hba.conf is never widened: logical replication connections name a
+#     database and match its ordinary lines (PostgreSQL >= 10), so no `replication` line is needed. The
+#     `replication ... trust` lines earlier versions of this script appended are removed (exact text only);
 #   - starts PostgreSQL and RabbitMQ if they are installed but not running, and checks both answer.
 #
 # Machines without a Debian-managed cluster: point WALFEED_DATABASE_URL at a server with wal_level=logical and
@@ -80,16 +82,19 @@ fi
 
 HBA=$CONF_DIR/pg_hba.conf
 conf_changed=${conf_changed:-0}
-for line in "local   replication     all                                     trust" \
-            "host    replication     all             127.0.0.1/32            trust" \
-            "host    replication     all             ::1/128                 trust"; do
-  pattern=$(echo "$line" | tr -s ' ')
-  if ! tr -s ' ' < "$HBA" | grep -qxF "$pattern"; then
-    say "allowing in $HBA: $pattern"
-    echo "$line" | as_root tee -a "$HBA" >/dev/null
-    conf_changed=1
-  fi
-done
+# Earlier versions of this script appended exactly these lines (any local OS user could open a replication
+# connection as any role, the superuser included, without a password). Remove those exact lines and nothing else:
+# a line an administrator wrote, even a similar one, is theirs to keep. Removing lines only narrows access.
+old_lines=(-e "local   replication     all                                     trust"
+           -e "host    replication     all             127.0.0.1/32            trust"
+           -e "host    replication     all             ::1/128                 trust")
+if as_root grep -qxF "${old_lines[@]}" "$HBA"; then
+  say "removing from $HBA the replication trust lines earlier versions of this script added"
+  as_root cp -p "$HBA" "$HBA.walfeed-backup"
+  kept=$(as_root grep -vxF "${old_lines[@]}" "$HBA" || true)
+  printf '%s\n' "$kept" | as_root tee "$HBA" >/dev/null  # in place: owner and mode stay
+  conf_changed=1
+fi
 
 # 4. apply: reload, then restart if a changed setting needs it (wal_level does)
 if [[ $conf_changed == 1 ]]; then

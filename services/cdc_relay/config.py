@@ -5,6 +5,7 @@
 | `WALFEED_RELAY_WINDOW` | 1000 | events unconfirmed by the broker, at most (the cdc source reads a window more ahead) |
 | `WALFEED_RELAY_STATUS_INTERVAL` | 10 | seconds between status updates to Postgres (wal_sender_timeout is 60 s) |
 | `WALFEED_RELAY_METRICS_PORT` | 9101 | Prometheus metrics port; 0 turns the endpoint off |
+| `WALFEED_RELAY_METRICS_HOST` | 127.0.0.1 | address the metrics endpoint binds (unauthenticated: keep it internal) |
 | `WALFEED_RELAY_STANDBY_INTERVAL` | 2 | seconds between a standby relay's attempts to take the slot |
 | `WALFEED_RELAY_SHUTDOWN_TIMEOUT` | 10 | seconds to wait for outstanding confirms on SIGTERM/SIGINT |
 | `WALFEED_RELAY_BLOCKED_TIMEOUT` | 60 | blocked by the broker (resource alarm) this long: reconnect |
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.core.settings import Env
+from services.core.settings import METRICS_HOST, Env
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class RelaySettings:
     window: int = 1000
     status_interval: float = 10.0
     metrics_port: int = 9101
+    metrics_host: str = "127.0.0.1"
     standby_interval: float = 2.0
     shutdown_timeout: float = 10.0
     blocked_timeout: float = 60.0
@@ -36,6 +38,7 @@ class RelaySettings:
             window=env.int("WALFEED_RELAY_WINDOW", 1000, minimum=1, maximum=100_000),
             status_interval=env.float("WALFEED_RELAY_STATUS_INTERVAL", 10.0, minimum=0.1, maximum=30.0),
             metrics_port=env.int("WALFEED_RELAY_METRICS_PORT", 9101, minimum=0, maximum=65535),
+            metrics_host=env.str("WALFEED_RELAY_METRICS_HOST", "127.0.0.1", METRICS_HOST),
             standby_interval=env.float("WALFEED_RELAY_STANDBY_INTERVAL", 2.0, minimum=0.1, maximum=300.0),
             shutdown_timeout=env.float("WALFEED_RELAY_SHUTDOWN_TIMEOUT", 10.0, minimum=0.0, maximum=600.0),
             blocked_timeout=env.float("WALFEED_RELAY_BLOCKED_TIMEOUT", 60.0, minimum=1.0, maximum=86_400.0),

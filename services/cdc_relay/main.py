@@ -19,7 +19,7 @@ def run(settings: Settings, source: str) -> int:
         log.error("unknown relay source", extra={"source": source, "known": ",".join(SOURCES)})
         return 2
     relay_settings = RelaySettings.from_env()
-    metrics.serve(relay_settings.metrics_port)
+    metrics.serve(relay_settings.metrics_port, relay_settings.metrics_host)
     if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
         from services.cdc_relay import poll
 

@@ -72,10 +72,10 @@ FROM pg_replication_slots WHERE slot_name = %s
 """
 
 
-def serve(port: int) -> None:
+def serve(port: int, host: str) -> None:
     if port:
-        start_http_server(port, addr="0.0.0.0")
-        log.info("metrics endpoint listening", extra={"port": port})
+        start_http_server(port, addr=host)
+        log.info("metrics endpoint listening", extra={"host": host, "port": port})
 
 
 class SlotLagProbe(threading.Thread):

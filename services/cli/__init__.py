@@ -37,11 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
+    roles = sub.add_parser("bootstrap-roles", help="least privilege: database and broker roles per process, schema "
+                           "owned by the owner role, grants; needs Postgres superuser and broker admin rights")
+    roles.add_argument("--no-slot", action="store_true", help="no replication slot (relay --source poll)")
     migrate = sub.add_parser("migrate", help="apply db/init/*.sql and create the replication slot; safe to run twice")
     migrate.add_argument("--no-slot", action="store_true",
                          help="schema only, for databases without logical replication (relay --source poll)")
 
-    up = sub.add_parser("up", help="local development: infrastructure checks, schema, api + relay + worker")
+    up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker "
+                        "each under its own role")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
@@ -96,6 +100,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import migrate
 
         return migrate.run(settings, slot=not args.no_slot)
+    if args.command == "bootstrap-roles":
+        from services.cli import bootstrap
+
+        return bootstrap.run(settings, slot=not args.no_slot)
     if args.command == "up":
         from services.cli import up
 

@@ -1,13 +1,18 @@
 """`walfeed up`: the whole system on one terminal, for local development.
 
-Checks the infrastructure, applies the schema and creates the slot, then runs api, relay and worker as child
-processes with their output interleaved behind the process name. Ctrl-C (or SIGTERM) stops all of them; if one
-dies on its own, the others are stopped too and its exit code is returned, so a broken set-up is never hidden.
+Checks the infrastructure, runs `walfeed bootstrap-roles` (roles, schema, grants, slot, broker users: it needs the
+admin rights that command needs), then runs api, relay and worker as child processes, each connected as its own
+role, with their output interleaved behind the process name. A role password not set in the environment
+(WALFEED_*_DB_PASSWORD, WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap.
+Ctrl-C (or SIGTERM) stops all of them; if one dies on its own, the others are stopped too and its exit code is
+returned, so a broken set-up is never hidden.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,8 +21,9 @@ import time
 from types import FrameType
 from typing import IO
 
-from services.cli import migrate
+from services.cli import bootstrap
 from services.cli.checks import check_infrastructure
+from services.cli.roles import RoleSettings, password_variables, process_environ
 from services.core.settings import Settings
 
 STOP_TIMEOUT = 20.0  # seconds each child gets to finish in-flight work after SIGTERM
@@ -32,12 +38,16 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
             print(f"walfeed up: {problem}", file=sys.stderr)
         print("walfeed up: run scripts/setup-infra.sh (or scripts/run, which does) and try again", file=sys.stderr)
         return 1
-    if migrate.run(settings) != 0:
+    environ = {**os.environ, **{v: secrets.token_urlsafe(24) for v in password_variables() if not os.environ.get(v)}}
+    roles = RoleSettings.from_env(environ)
+    if bootstrap.run(settings, roles) != 0:
         return 1
 
     commands = {"api": ["api", "--host", host, "--port", str(port)], "relay": ["relay"]}
     for i in range(1, workers + 1):
         commands[f"worker{i}" if workers > 1 else "worker"] = ["worker"]
+    envs = {name: process_environ(environ, settings.database_url, settings.amqp_url, roles, args[0])
+            for name, args in commands.items()}
     width = max(map(len, commands))
     children: dict[str, subprocess.Popen[str]] = {}
     stopping = threading.Event()
@@ -50,7 +60,7 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
     color = sys.stdout.isatty()
     for n, (name, args) in enumerate(commands.items()):
         child = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *args],
+            [sys.executable, "-m", "services.cli", *args], env=envs[name],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, bufsize=1,
             start_new_session=True,  # Ctrl-C reaches only us; we forward SIGTERM in order
         )

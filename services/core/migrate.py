@@ -39,10 +39,13 @@ def migration_files() -> list[Path]:
     return sorted(root.glob("*.sql"))
 
 
-def apply_schema(url: str) -> list[str]:
-    """Apply every migration not applied yet, each in its own transaction. Returns the names applied."""
+def apply_schema(url: str, role: str | None = None) -> list[str]:
+    """Apply every migration not applied yet, each in its own transaction. Returns the names applied.
+    With `role`, as that role (SET ROLE): the objects created are its own (the owner role, docs/adr/0060)."""
     applied: list[str] = []
     with psycopg.connect(url) as conn:
+        if role is not None:
+            conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
         conn.execute(_MIGRATIONS_TABLE)
         conn.commit()
         for path in migration_files():

@@ -20,6 +20,9 @@ _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
+# A metrics endpoint's bind address: an IPv4/IPv6 address or a host name (no scheme, no port).
+METRICS_HOST = re.compile(r"^[A-Za-z0-9.:\-]{1,253}$")
+
 
 class SettingsError(Exception):
     """A setting is missing or invalid. The message names the environment variable."""
@@ -48,6 +51,22 @@ class Env:
         if raw in _TRUE or raw in _FALSE:
             return raw in _TRUE
         raise SettingsError(f"{name}={raw!r} is invalid: expected one of {', '.join(sorted(_TRUE | _FALSE))}")
+
+    def optional(self, name: builtins.str) -> builtins.str | None:
+        """The value, or None when the variable is unset or blank."""
+        value = self._environ.get(name, "").strip()
+        return value or None
+
+    def secret(self, name: builtins.str, min_length: builtins.int) -> builtins.str:
+        """A required secret (no default). Error messages never include the value."""
+        value = self._environ.get(name, "")
+        if not value.strip():
+            raise SettingsError(f"{name} is not set: it has no default, set it to a secret of at least "
+                                f"{min_length} characters")
+        if len(value) < min_length or value != value.strip():
+            raise SettingsError(f"{name} is invalid: it must be at least {min_length} characters, "
+                                "without leading or trailing whitespace")
+        return value
 
     def int(self, name: builtins.str, default: builtins.int, minimum: builtins.int = 0,
             maximum: builtins.int | None = None) -> builtins.int:

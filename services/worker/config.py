@@ -11,6 +11,7 @@
 | `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
 | `WALFEED_WORKER_DEAD_MAX_LENGTH` | `100000` | dead letters kept; a full dead queue refuses more (they wait in retry) |
 | `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
+| `WALFEED_WORKER_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated: keep it internal) |
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import METRICS_HOST, Env, SettingsError
 from services.worker.broker import DEAD_MAX_LENGTH
 
 
@@ -33,6 +34,7 @@ class WorkerSettings:
     retry_cap: float
     dead_max_length: int
     metrics_port: int
+    metrics_host: str
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -60,4 +62,5 @@ class WorkerSettings:
             retry_cap=cap,
             dead_max_length=env.int("WALFEED_WORKER_DEAD_MAX_LENGTH", DEAD_MAX_LENGTH, minimum=1, maximum=100_000_000),
             metrics_port=env.int("WALFEED_WORKER_METRICS_PORT", 9102, minimum=0, maximum=65_535),
+            metrics_host=env.str("WALFEED_WORKER_METRICS_HOST", "127.0.0.1", METRICS_HOST),
         )

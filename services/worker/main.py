@@ -44,7 +44,7 @@ def run(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    metrics.serve(worker.metrics_port)
+    metrics.serve(worker.metrics_port, worker.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
                      name="walfeed-worker")

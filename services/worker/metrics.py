@@ -23,14 +23,14 @@ BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied togeth
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 
 
-def serve(port: int) -> None:
+def serve(port: int, host: str) -> None:
     if port == 0:
         return
     try:
-        start_http_server(port)
-        log.info("metrics listening", extra={"port": port})
+        start_http_server(port, addr=host)
+        log.info("metrics listening", extra={"host": host, "port": port})
     except OSError as exc:
-        log.warning("metrics endpoint unavailable", extra={"port": port, "error": repr(exc)})
+        log.warning("metrics endpoint unavailable", extra={"host": host, "port": port, "error": repr(exc)})
 
 
 def observe(result: Result) -> None:

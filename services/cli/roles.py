@@ -1,0 +1,146 @@
+"""Who each walfeed process is to Postgres and RabbitMQ, and what it may do there (docs/adr/0060). Pure: no I/O.
+
+Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `walfeed`):
+`{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
+`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker` log in, own nothing, and hold the grants of db/roles/grants.sql.
+RabbitMQ users (broker-wide): `{prefix}_relay` and `{prefix}_worker`, with the permissions of `amqp_permissions`.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from psycopg.conninfo import make_conninfo
+
+from services.core.settings import Env, SettingsError
+from services.core.topology import Topology
+
+PROCESSES: Final = ("api", "relay", "worker")
+AMQP_PROCESSES: Final = ("relay", "worker")  # the api does not talk to the broker
+
+# Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
+# statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
+STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
+    "api": "5s",      # request path: single-row writes and index-bounded reads (the pool waits 5 s at most too)
+    "relay": "30s",   # poll claims and marks of one batch; the walsender's stream is not a statement
+    "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
+}
+
+MIN_PASSWORD_LENGTH: Final = 16
+_PREFIX = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    prefix: str
+
+    @property
+    def owner(self) -> str:
+        return f"{self.prefix}_owner"
+
+    def login(self, process: str) -> str:
+        """The Postgres role, and for the relay and the worker also the RabbitMQ user, of `process`."""
+        if process not in PROCESSES:
+            raise ValueError(f"unknown process {process!r}")
+        return f"{self.prefix}_{process}"
+
+
+def db_password_variable(process: str) -> str:
+    return f"WALFEED_{process.upper()}_DB_PASSWORD"
+
+
+def amqp_password_variable(process: str) -> str:
+    return f"WALFEED_{process.upper()}_AMQP_PASSWORD"
+
+
+def password_variables() -> tuple[str, ...]:
+    return (*map(db_password_variable, PROCESSES), *map(amqp_password_variable, AMQP_PROCESSES))
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSettings:
+    """What `walfeed bootstrap-roles` needs beyond the shared settings. Passwords have no default."""
+
+    roles: Roles
+    db_passwords: Mapping[str, str]
+    amqp_passwords: Mapping[str, str]
+    rabbitmqctl: str  # the command that administers the broker (needs its admin rights), e.g. `sudo rabbitmqctl`
+    management_url: str | None  # RabbitMQ management API with an administrator's credentials, instead of rabbitmqctl
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RoleSettings:
+        env = Env(environ)
+        management = env.optional("WALFEED_RABBITMQ_MANAGEMENT_URL")
+        if management is not None and not management.startswith(("http://", "https://")):
+            raise SettingsError(f"WALFEED_RABBITMQ_MANAGEMENT_URL={management!r} is invalid: expected http(s)://")
+        return cls(
+            roles=Roles(env.str("WALFEED_ROLE_PREFIX", "walfeed", _PREFIX)),
+            db_passwords={p: env.secret(db_password_variable(p), MIN_PASSWORD_LENGTH) for p in PROCESSES},
+            amqp_passwords={p: env.secret(amqp_password_variable(p), MIN_PASSWORD_LENGTH) for p in AMQP_PROCESSES},
+            rabbitmqctl=env.str("WALFEED_RABBITMQCTL", "rabbitmqctl"),
+            management_url=management,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """RabbitMQ's configure / write / read regular expressions of one user in one virtual host."""
+
+    configure: str
+    write: str
+    read: str
+
+
+NOTHING: Final = "^$"
+DEFAULT_EXCHANGE: Final = "amq.default"
+
+
+def _exactly(*names: str) -> str:
+    return "^(" + "|".join(re.escape(n) for n in names) + ")$"
+
+
+def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
+    """Per process, what RabbitMQ lets it do (operation -> permission table of RabbitMQ's access control guide).
+
+    relay: declare (configure) and publish to (write) the events exchange; read nothing.
+    worker: declare its topology: the events exchange and its three queues (configure); bind the fan-out queue
+    (write on the queue, read on the exchange); consume the fan-out queue (read); declare the retry queue with the
+    default exchange as dead-letter exchange (read on the queue, write on amq.default); publish retry copies and
+    dead letters through the default exchange (write on amq.default). RabbitMQ checks a publish to the default
+    exchange against amq.default only, not against the queue named by the routing key (docs/adr/0060).
+    """
+    t = topology
+    return {
+        "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
+        "worker": Permissions(
+            configure=_exactly(t.events_exchange, *t.queues()),
+            write=_exactly(DEFAULT_EXCHANGE, t.fanout_queue),
+            read=_exactly(t.events_exchange, t.fanout_queue, t.retry_queue),
+        ),
+    }
+
+
+def process_environ(environ: Mapping[str, str], database_url: str, amqp_url: str, settings: RoleSettings,
+                    process: str) -> dict[str, str]:
+    """The environment of one process run under its role: `environ` without the bootstrap's secrets, and
+    WALFEED_DATABASE_URL / WALFEED_AMQP_URL with the process's own credentials instead of the admin's."""
+    secrets = {*password_variables(), "WALFEED_RABBITMQ_MANAGEMENT_URL"}
+    child = {k: v for k, v in environ.items() if k not in secrets}
+    role = settings.roles.login(process)
+    child["WALFEED_DATABASE_URL"] = make_conninfo(database_url, user=role, password=settings.db_passwords[process])
+    amqp_password = settings.amqp_passwords.get(process)
+    child["WALFEED_AMQP_URL"] = with_credentials(amqp_url, role if amqp_password else None, amqp_password)
+    return child
+
+
+def with_credentials(amqp_url: str, user: str | None, password: str | None) -> str:
+    """`amqp_url` with these credentials (None: none, for a process that never connects to the broker)."""
+    parts = urllib.parse.urlsplit(amqp_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    if user is not None:
+        host = f"{urllib.parse.quote(user, safe='')}:{urllib.parse.quote(password or '', safe='')}@{host}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))

@@ -1,0 +1,43 @@
+"""`walfeed bootstrap-roles` converges: run again, or twice at once, it ends in the same roles and grants, and it
+takes back rights a role was given by hand (ADR 0060)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from services.cli import bootstrap
+from services.cli.roles import RoleSettings
+from services.core.settings import Settings
+from tests.harness.infra import Infra
+from tests.integration.roles.conftest import RoleEnv
+
+pytestmark = pytest.mark.integration
+
+_ACL = "SELECT relname, relacl::text FROM pg_class WHERE relnamespace = 'public'::regnamespace ORDER BY relname"
+
+
+def test_bootstrap_twice_at_once_converges_and_revokes_what_was_added_by_hand(
+        role_env: RoleEnv, infra: Infra, settings: Settings, role_settings: RoleSettings,
+        database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        before = conn.execute(_ACL).fetchall()
+        api = sql.Identifier(role_settings.roles.login("api"))
+        conn.execute(sql.SQL("GRANT DELETE ON timelines TO {}").format(api))
+        conn.execute(sql.SQL("ALTER ROLE {} CREATEDB").format(api))
+
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(bootstrap.bootstrap, settings, role_settings, slot=False) for _ in range(2)]:
+            done.result()
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute(_ACL).fetchall() == before
+        row = conn.execute("SELECT rolcreatedb FROM pg_roles WHERE rolname = %s",
+                           (role_settings.roles.login("api"),)).fetchone()
+    assert row == (False,)
+    with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("DELETE FROM timelines")

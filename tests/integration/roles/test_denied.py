@@ -1,0 +1,120 @@
+"""What each role may not do: the database and the broker refuse it (ADR 0060)."""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+import pika
+import pika.exceptions
+import psycopg
+import pytest
+
+from services.cdc_relay import metrics, stream
+from services.cli.roles import RoleSettings
+from services.core.topology import Topology
+from services.worker import broker
+from tests.harness.infra import Infra
+from tests.integration.roles.conftest import RoleEnv
+
+pytestmark = pytest.mark.integration
+
+DENIED: dict[str, list[LiteralString]] = {
+    "api": [
+        "DELETE FROM timelines",
+        "SELECT rolpassword FROM pg_authid",
+        "UPDATE users SET timeline_floor = 0",
+        "UPDATE posts SET fanned_out = true",
+        "SELECT * FROM processed_events",
+        "SELECT * FROM outbox",
+        "CREATE TABLE mine (x int)",
+    ],
+    "relay": [
+        "SELECT * FROM users",
+        "DELETE FROM outbox",
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+        "VALUES (gen_random_uuid(), 'post', '1', 'post.deleted', '{}')",
+    ],
+    "worker": [
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+        "VALUES (gen_random_uuid(), 'post', '1', 'post.deleted', '{}')",
+        "UPDATE posts SET body = 'forged'",
+        "DELETE FROM posts",
+        "UPDATE users SET token_hash = 'x'",
+        "TRUNCATE timelines",
+        "SELECT rolpassword FROM pg_authid",
+    ],
+}
+
+
+@pytest.mark.parametrize("process", DENIED)
+def test_the_database_refuses_what_a_role_does_not_need(role_env: RoleEnv, process: str) -> None:
+    allowed = []
+    with psycopg.connect(role_env(process)["WALFEED_DATABASE_URL"], autocommit=True) as conn:
+        for statement in DENIED[process]:
+            try:
+                conn.execute(statement)
+                allowed.append(statement)
+            except psycopg.errors.InsufficientPrivilege:
+                pass
+    assert allowed == []
+
+
+def test_the_relay_role_reads_its_slot_position_and_lag(role_env: RoleEnv, slot_name: str) -> None:
+    """The statements the relay runs beside the stream: the slot lookup of a replication connection and the lag
+    probe (metrics). Both read pg_replication_slots and WAL positions, open to every role."""
+    with psycopg.connect(role_env("relay")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
+        assert conn.execute(stream._SLOT, (slot_name,)).fetchone() is not None
+        lag = conn.execute(metrics._LAG, (slot_name,)).fetchone()
+    assert lag is not None and lag[0] is not None
+
+
+def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEnv,
+                                                                  role_settings: RoleSettings) -> None:
+    roles = role_settings.roles
+    with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT rolname, rolsuper, rolcreatedb, rolcreaterole, rolcanlogin, rolreplication, rolbypassrls, "
+            "rolconfig FROM pg_roles WHERE rolname LIKE %s", (f"{roles.prefix}\\_%",)).fetchall()
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
+    by_name = {r[0]: r[1:] for r in rows}
+    assert by_name == {
+        roles.owner: (False, False, False, False, False, False, None),
+        roles.login("api"): (False, False, False, True, False, False, ["statement_timeout=5s"]),
+        roles.login("relay"): (False, False, False, True, True, False, ["statement_timeout=30s"]),
+        roles.login("worker"): (False, False, False, True, False, False, ["statement_timeout=60s"]),
+    }
+
+
+def _channel(url: str) -> tuple[pika.BlockingConnection, pika.adapters.blocking_connection.BlockingChannel]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    return conn, conn.channel()
+
+
+def test_the_worker_cannot_publish_events_and_the_relay_cannot_consume(
+        role_env: RoleEnv, infra: Infra, topology: Topology) -> None:
+    admin, channel = _channel(infra.amqp_url)
+    broker.declare(channel, topology)  # the worker's topology, as the worker declares it
+    admin.close()
+
+    conn, channel = _channel(role_env("worker")["WALFEED_AMQP_URL"])
+    try:
+        broker.declare(channel, topology)  # allowed: its own names
+        channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_publish(topology.events_exchange, "post.deleted", b"{}")
+        assert refused.value.reply_code == 403
+    finally:
+        conn.close()
+
+    conn, channel = _channel(role_env("relay")["WALFEED_AMQP_URL"])
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_consume(topology.fanout_queue, lambda *_: None)
+        assert refused.value.reply_code == 403
+        channel = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_publish("", topology.fanout_queue, b"{}")  # the default exchange
+            channel.queue_declare(topology.fanout_queue, passive=True)  # a round trip: the refusal arrives
+        assert refused.value.reply_code == 403
+    finally:
+        conn.close()

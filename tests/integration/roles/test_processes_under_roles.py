@@ -1,0 +1,92 @@
+"""Each process works under its own role, and the broker and the database see only those roles (ADR 0060)."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import orjson
+import pika
+import psycopg
+import pytest
+
+from services.cli.roles import RoleSettings
+from services.core.topology import Topology
+from tests.harness.infra import Infra
+from tests.harness.processes import Processes, free_port
+from tests.harness.resources import declare_observer
+from tests.harness.waiting import eventually
+from tests.integration.roles.conftest import RoleEnv
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+QUIET = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_WORKER_METRICS_PORT": "0"}
+
+
+def sessions(database_url: str) -> set[str]:
+    """The roles connected to this database, other than this probe's."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid() AND usename IS NOT NULL").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_api_relay_and_worker_deliver_a_post_each_under_its_role(
+        processes: Processes, role_env: RoleEnv, role_settings: RoleSettings, database_url: str) -> None:
+    port = free_port()
+    processes.start("worker", "worker", env={**role_env("worker"), **QUIET})
+    processes.start("relay", "relay", env={**role_env("relay"), **QUIET})
+    processes.start("api", "api", "--port", str(port), env=role_env("api"))
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=60, what="api ready")
+    with httpx.Client(base_url=base, timeout=10) as api:
+        alice, bob = (api.post("/v1/users", json={"handle": h}).json() for h in ("alice", "bob"))
+        bob_auth = {"Authorization": f"Bearer {bob['token']}"}
+        assert api.put(f"/v1/following/{alice['id']}", headers=bob_auth).status_code == 204
+        post = api.post("/v1/posts", json={"body": "least privilege"},
+                        headers={"Authorization": f"Bearer {alice['token']}"}).json()
+        # Fanned out by the worker (the post's decision recorded), not merged in at read time.
+        eventually(lambda: _fanned_out(database_url, post["id"]), timeout=60, what="post fanned out")
+        items = api.get("/v1/timeline", headers=bob_auth).json()["items"]
+        assert [i["id"] for i in items] == [post["id"]], processes.logs()
+    roles = role_settings.roles
+    assert sessions(database_url) == {roles.login("api"), roles.login("relay"), roles.login("worker")}
+
+
+def _fanned_out(database_url: str, post_id: int) -> bool:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT fanned_out FROM posts WHERE id = %s", (post_id,)).fetchone()
+    return row is not None and row[0] is True
+
+
+def test_polling_relay_claims_publishes_and_marks_under_the_relay_role(
+        processes: Processes, role_env: RoleEnv, infra: Infra, topology: Topology, database_url: str,
+        amqp_extra_queues: list[str]) -> None:
+    observer = declare_observer(infra.amqp_url, topology)
+    amqp_extra_queues.append(observer)
+    event_id = uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                     "VALUES (%s, 'post', '1', 'post.created', '{\"post_id\": 1, \"author_id\": 1}')", (event_id,))
+    relay = processes.start("relay", "relay", "--source", "poll",
+                            env={**role_env("relay"), **QUIET, "WALFEED_POLL_INTERVAL": "0.1"})
+    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    try:
+        channel = conn.channel()
+        body = eventually(lambda: _get(channel, observer), timeout=30, what="event published")
+        assert body is not None
+        assert orjson.loads(body)["id"] == str(event_id), relay.log()
+    finally:
+        conn.close()
+    eventually(lambda: _published(database_url, event_id), timeout=30, what="outbox row marked published")
+
+
+def _get(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> bytes | None:
+    method, _props, body = channel.basic_get(queue, auto_ack=True)
+    return None if method is None else bytes(body)
+
+
+def _published(database_url: str, event_id: uuid.UUID) -> bool:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT published_at IS NOT NULL FROM outbox WHERE id = %s", (event_id,)).fetchone()
+    return bool(row and row[0])
