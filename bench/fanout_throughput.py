@@ -169,7 +169,8 @@ def main() -> int:
             w.wait(60)
         for queue in topology.queues():
             channel.queue_delete(queue)
-        channel.exchange_delete(topology.events_exchange)
+        for exchange in topology.exchanges():
+            channel.exchange_delete(exchange)
         amqp.close()
         with psycopg.connect(PG, autocommit=True) as admin:
             admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(

@@ -96,7 +96,6 @@ class Permissions:
 
 
 NOTHING: Final = "^$"
-DEFAULT_EXCHANGE: Final = "amq.default"
 
 
 def _exactly(*names: str) -> str:
@@ -107,19 +106,20 @@ def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
     """Per process, what RabbitMQ lets it do (operation -> permission table of RabbitMQ's access control guide).
 
     relay: declare (configure) and publish to (write) the events exchange; read nothing.
-    worker: declare its topology: the events exchange and its three queues (configure); bind the fan-out queue
-    (write on the queue, read on the exchange); consume the fan-out queue (read); declare the retry queue with the
-    default exchange as dead-letter exchange (read on the queue, write on amq.default); publish retry copies and
-    dead letters through the default exchange (write on amq.default). RabbitMQ checks a publish to the default
-    exchange against amq.default only, not against the queue named by the routing key (docs/adr/0060).
+    worker: declare its topology: both exchanges and its three queues (configure); bind its queues (write on each
+    queue, read on the exchange bound from); consume the fan-out queue (read); declare the retry queue with the
+    settle exchange as dead-letter exchange (read on the queue, write on the exchange); publish retry copies and
+    dead letters to the settle exchange (write). No right on the default exchange: a publish there is checked
+    against amq.default only, not against the queue named by the routing key, so it would reach any queue of the
+    vhost (docs/adr/0060).
     """
     t = topology
     return {
         "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
         "worker": Permissions(
-            configure=_exactly(t.events_exchange, *t.queues()),
-            write=_exactly(DEFAULT_EXCHANGE, t.fanout_queue),
-            read=_exactly(t.events_exchange, t.fanout_queue, t.retry_queue),
+            configure=_exactly(*t.exchanges(), *t.queues()),
+            write=_exactly(t.settle_exchange, *t.queues()),
+            read=_exactly(*t.exchanges(), *t.queues()),
         ),
     }
 

@@ -22,17 +22,21 @@ def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH) -> dict[str, object]
 
 
 def declare(channel: BlockingChannel, topology: Topology, dead_max_length: int = DEAD_MAX_LENGTH) -> None:
-    """The fan-out queues (docs/adr/0020). Durable; the retry queue dead-letters expired copies back to fanout; the
-    dead queue is bounded and refuses publishes when full (never drops what it holds)."""
+    """The fan-out queues (docs/adr/0020) and the worker's settle exchange. Durable; the retry queue dead-letters
+    expired copies back to fanout; the dead queue is bounded and refuses publishes when full (never drops what it
+    holds)."""
     declare_events_exchange(channel, topology)
+    channel.exchange_declare(topology.settle_exchange, exchange_type="direct", durable=True)
     channel.queue_declare(topology.fanout_queue, durable=True)
     for key in topology.fanout_bindings:
         channel.queue_bind(topology.fanout_queue, topology.events_exchange, routing_key=key)
     channel.queue_declare(topology.retry_queue, durable=True, arguments={
-        "x-dead-letter-exchange": "",
+        "x-dead-letter-exchange": topology.settle_exchange,
         "x-dead-letter-routing-key": topology.fanout_queue,
     })
     channel.queue_declare(topology.dead_queue, durable=True, arguments=dead_queue_arguments(dead_max_length))
+    for queue in topology.queues():
+        channel.queue_bind(queue, topology.settle_exchange, routing_key=queue)
 
 
 def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
@@ -61,4 +65,4 @@ def publish_outcome(publisher: BlockingChannel, topology: Topology, outcome: pol
         headers = policy.copy_headers(props.headers, **{policy.REASON_HEADER: outcome.reason,
                                                         policy.ATTEMPTS_HEADER: outcome.attempts})
         queue, out = topology.dead_queue, _copy_properties(props, headers)
-    publisher.basic_publish("", queue, body, out, mandatory=True)
+    publisher.basic_publish(topology.settle_exchange, queue, body, out, mandatory=True)

@@ -97,7 +97,8 @@ def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]
         channel = conn.channel()
         for queue in [*topology.queues(), *extra_queues]:
             channel.queue_delete(queue)
-        channel.exchange_delete(topology.events_exchange)
+        for exchange in topology.exchanges():
+            channel.exchange_delete(exchange)
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             conn.close()

@@ -67,15 +67,15 @@ def _allows(pattern: str, name: str) -> bool:
 def test_amqp_permissions_cover_exactly_each_process_names() -> None:
     t = Topology("wf")
     relay, worker = amqp_permissions(t)["relay"], amqp_permissions(t)["worker"]
-    everything = ["wf.events", "wf.fanout", "wf.fanout.retry", "wf.fanout.dead", "amq.default", "other.events",
-                  "wf.eventsX", "xwf.events", "wfXevents"]
+    everything = ["wf.events", "wf.fanout.settle", "wf.fanout", "wf.fanout.retry", "wf.fanout.dead", "amq.default",
+                  "other.events", "wf.eventsX", "xwf.events", "wfXevents"]
     assert [n for n in everything if _allows(relay.configure, n)] == ["wf.events"]
     assert [n for n in everything if _allows(relay.write, n)] == ["wf.events"]
     assert [n for n in everything if _allows(relay.read, n)] == []
-    assert [n for n in everything if _allows(worker.configure, n)] == [
-        "wf.events", "wf.fanout", "wf.fanout.retry", "wf.fanout.dead"]
-    assert [n for n in everything if _allows(worker.write, n)] == ["wf.fanout", "amq.default"]
-    assert [n for n in everything if _allows(worker.read, n)] == ["wf.events", "wf.fanout", "wf.fanout.retry"]
+    own = ["wf.events", "wf.fanout.settle", "wf.fanout", "wf.fanout.retry", "wf.fanout.dead"]
+    assert [n for n in everything if _allows(worker.configure, n)] == own
+    assert [n for n in everything if _allows(worker.write, n)] == own[1:]  # not the events exchange, not amq.default
+    assert [n for n in everything if _allows(worker.read, n)] == own
 
 
 def test_each_process_gets_its_own_credentials_and_none_of_the_bootstrap_secrets() -> None:

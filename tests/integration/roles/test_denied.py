@@ -103,6 +103,11 @@ def test_the_worker_cannot_publish_events_and_the_relay_cannot_consume(
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
             channel.basic_publish(topology.events_exchange, "post.deleted", b"{}")
         assert refused.value.reply_code == 403
+        channel = conn.channel()
+        channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:  # into any queue by its name
+            channel.basic_publish("", "some.other.queue", b"{}")
+        assert refused.value.reply_code == 403
     finally:
         conn.close()
 
