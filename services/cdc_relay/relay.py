@@ -13,20 +13,19 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Hashable
 from types import FrameType
-from typing import cast
 
 from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.messages import Outgoing
+from services.cdc_relay.messages import outgoing as outgoing  # bench/relay_throughput.py imports it from here
 from services.cdc_relay.positions import PositionTracker
-from services.cdc_relay.publisher import Outgoing, Publisher
+from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.stream import ConnectionLost, ReplicationStream, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff
-from services.core.events import Event, encode
 from services.core.settings import Settings
 from services.core.topology import Topology
 
@@ -42,10 +41,9 @@ class Relay:
     def __init__(self, settings: Settings, relay: RelaySettings) -> None:
         self._settings, self._cfg = settings, relay
         self._ioloop = IOLoop()
-        self._publisher = Publisher(self._ioloop, settings.amqp_url, Topology(settings.amqp_prefix),
-                                    self._on_confirmed, window=relay.window,
-                                    is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
-                                    blocked_timeout=relay.blocked_timeout)
+        self._publisher: Publisher[int] = Publisher(
+            self._ioloop, settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed, window=relay.window,
+            is_current=lambda token: token >= self._first_seq, blocked_timeout=relay.blocked_timeout)
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
         # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
         self._limit = READ_AHEAD * relay.window
@@ -142,7 +140,7 @@ class Relay:
         if room <= 0:
             self._watch(False)  # until confirmations make room (`_on_confirmed`)
             return
-        batch: list[Outgoing] = []
+        batch: list[Outgoing[int]] = []
         try:
             more = self._read(stream, tracker, batch, room)
         except ConnectionLost as exc:
@@ -179,11 +177,10 @@ class Relay:
         stream.close()
 
     # --- confirmations and positions ---
-    def _on_confirmed(self, tokens: list[Hashable]) -> None:  # from the publisher's ack callback
+    def _on_confirmed(self, seqs: list[int]) -> None:  # from the publisher's ack callback
         tracker = self._tracker
         if tracker is None:
             return  # the session ended: Postgres sends its events again
-        seqs = cast(list[int], tokens)
         if seqs and min(seqs) < self._first_seq:  # confirmations of a session that ended: not ours to count
             seqs = [seq for seq in seqs if seq >= self._first_seq]
         tracker.confirmed_many(seqs)
@@ -257,7 +254,7 @@ class Relay:
 
 
     @staticmethod
-    def _read(stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing], room: int) -> bool:
+    def _read(stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing[int]], room: int) -> bool:
         """Read up to READ_BATCH messages and at most `room` events; True when more may be waiting.
 
         The hot loop of the relay: the tracker hears of the events once per transaction part (at the
@@ -292,8 +289,3 @@ class Relay:
             tracker.published_many(pending)
         return more
 
-
-def outgoing(event: Event, token: Hashable) -> Outgoing:
-    """The AMQP message of an outbox event (SPEC.md section 5)."""
-    return Outgoing(token=token, routing_key=event.type, body=encode(event), message_id=str(event.id),
-                    type=event.type, timestamp=int(event.occurred_at.timestamp()))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.cdc_relay.relay import outgoing
+from services.cdc_relay.messages import outgoing
 from services.cdc_relay.wal2json import (
     Begin,
     Commit,
