@@ -23,6 +23,7 @@ from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.messages import outgoing as outgoing  # bench/relay_throughput.py imports it from here
 from services.cdc_relay.positions import PositionTracker
 from services.cdc_relay.publisher import Publisher
+from services.cdc_relay.sessions import Sessions
 from services.cdc_relay.stream import ConnectionLost, ReplicationStream, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff
@@ -31,7 +32,6 @@ from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
-SESSION_SEQ_BITS = 40  # sequence numbers of session n are n << 40, n << 40 + 1...
 READ_BATCH = 500  # messages read before the loop looks at its sockets and timers again
 READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
 TICK = 0.1  # seconds between two looks at the position to confirm (so, between two updates while busy)
@@ -40,10 +40,11 @@ TICK = 0.1  # seconds between two looks at the position to confirm (so, between 
 class Relay:
     def __init__(self, settings: Settings, relay: RelaySettings) -> None:
         self._settings, self._cfg = settings, relay
+        self._sessions = Sessions()  # which tokens are stale: those of a replication session that ended
         self._ioloop = IOLoop()
         self._publisher: Publisher[int] = Publisher(
             self._ioloop, settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed, window=relay.window,
-            is_current=lambda token: token >= self._first_seq, blocked_timeout=relay.blocked_timeout)
+            is_current=self._sessions.is_current, blocked_timeout=relay.blocked_timeout)
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
         # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
         self._limit = READ_AHEAD * relay.window
@@ -53,11 +54,6 @@ class Relay:
         self._fd = -1
         self._watching = False  # the replication socket is in the loop
         self._read_soon = False  # a read is scheduled (messages may be buffered in libpq: no socket event)
-        # Tokens are the tracker's sequence numbers, unique across replication sessions: session n numbers its events
-        # from n << SESSION_SEQ_BITS. Tokens below `_first_seq` are of a session that ended: Postgres sends their
-        # events again, so the publisher drops them unpublished and their confirmations are not counted.
-        self._epoch = 0  # replication sessions ended so far
-        self._first_seq = 0
         self._attempt = 0  # failed attempts to open the stream in a row
         self._sent = 0  # the position last confirmed to Postgres
         self._last_feedback = 0.0
@@ -104,7 +100,7 @@ class Relay:
             self._ioloop.call_later(wait, self._open_stream)
             return
         self._attempt = 0
-        self._tracker = PositionTracker(stream.start_lsn, self._first_seq)
+        self._tracker = PositionTracker(stream.start_lsn, self._sessions.first_seq)
         self._stream, self._fd = stream, stream.fileno()
         self._sent, self._last_feedback = stream.start_lsn, time.monotonic()
         log.info("streaming", extra={"slot": self._settings.slot, "lsn": format_lsn(stream.start_lsn)})
@@ -165,8 +161,7 @@ class Relay:
         if stream is None:
             return
         # The session ends: its events not yet published are stale from now on (no duplicates in between).
-        self._epoch += 1
-        self._first_seq = self._epoch << SESSION_SEQ_BITS
+        self._sessions.end()
         self._publisher.drop_stale()
         metrics.IN_FLIGHT.set(0)  # what was in flight is Postgres' to send again, not ours to wait for
         if self._watching:
@@ -181,9 +176,7 @@ class Relay:
         tracker = self._tracker
         if tracker is None:
             return  # the session ended: Postgres sends its events again
-        if seqs and min(seqs) < self._first_seq:  # confirmations of a session that ended: not ours to count
-            seqs = [seq for seq in seqs if seq >= self._first_seq]
-        tracker.confirmed_many(seqs)
+        tracker.confirmed_many(self._sessions.current(seqs))  # a session that ended: not ours to count
         metrics.IN_FLIGHT.set(tracker.in_flight)
         if self._stopping:
             if not tracker.in_flight:
