@@ -24,7 +24,7 @@ from services.cdc_relay.messages import outgoing as outgoing  # bench/relay_thro
 from services.cdc_relay.positions import PositionTracker
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.sessions import Sessions
-from services.cdc_relay.stream import ConnectionLost, ReplicationStream, SlotBusy, SlotMissing
+from services.cdc_relay.stream import ReplicationError, ReplicationStream, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff
 from services.core.settings import Settings
@@ -92,7 +92,7 @@ class Relay:
             log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
             self._ioloop.call_later(self._cfg.standby_interval, self._open_stream)
             return
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._attempt += 1
             wait = backoff.delay(self._attempt, 0.5, 10.0)
             log.warning("postgres unreachable, retrying", extra={"error": str(exc).strip(),
@@ -139,7 +139,7 @@ class Relay:
         batch: list[Outgoing[int]] = []
         try:
             more = self._read(stream, tracker, batch, room)
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._lose_stream(exc)
             return
         if batch:
@@ -201,7 +201,7 @@ class Relay:
             now = time.monotonic()
             if tracker.confirmable > self._sent or now - self._last_feedback >= self._cfg.status_interval:
                 self._feedback(stream, tracker, now)
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._lose_stream(exc)
 
     def _feedback(self, stream: ReplicationStream, tracker: PositionTracker, now: float) -> None:
@@ -239,7 +239,7 @@ class Relay:
         if stream is not None and tracker is not None:
             try:
                 self._feedback(stream, tracker, time.monotonic())
-            except ConnectionLost as exc:
+            except ReplicationError as exc:
                 log.warning("could not send the final position", extra={"error": str(exc).strip()})
             log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
         self._close_stream()
