@@ -181,7 +181,7 @@ class Publisher(Generic[T]):
         # The hot loop of the relay: names looked up once, not per message.
         publish, exchange, properties = channel.basic_publish, self._exchange, EventProperties
         for message in self._state.to_publish(time.monotonic()):
-            publish(exchange, message.routing_key, message.body,
+            publish(exchange, message.type, message.body,
                     properties(message.message_id, message.type, message.timestamp), mandatory=True)
 
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,

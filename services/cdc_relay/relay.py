@@ -264,7 +264,7 @@ class Relay:
                 break
             message = parse(raw.payload)
             if isinstance(message, Insert):
-                append(Outgoing(seq, message.type, message.body, message.event_id, message.type, message.timestamp))
+                append(Outgoing(seq, message.body, message.event_id, message.type, message.timestamp))
                 seq += 1
                 pending += 1
                 room -= 1

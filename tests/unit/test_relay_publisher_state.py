@@ -15,7 +15,7 @@ WINDOW = 4
 
 
 def message(token: int) -> Outgoing[int]:
-    return Outgoing(token, "t", b"{}", f"m{token}", "t", 0)
+    return Outgoing(token, b"{}", f"m{token}", "t", 0)
 
 
 def test_a_window_at_a_time_then_acks_make_room() -> None:

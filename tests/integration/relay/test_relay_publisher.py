@@ -55,8 +55,8 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(
         channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
         channel.queue_declare(observed, auto_delete=False)
         channel.queue_bind(observed, topology.events_exchange, "routed")
-        routed: list[Outgoing[Hashable]] = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(500)]
-        lost: list[Outgoing[Hashable]] = [Outgoing("nobody", "nobody.listens", b"{}", "lost", "nobody.listens", 0)]
+        routed: list[Outgoing[Hashable]] = [Outgoing(i, b"{}", f"m{i}", "routed", 0) for i in range(500)]
+        lost: list[Outgoing[Hashable]] = [Outgoing("nobody", b"{}", "lost", "nobody.listens", 0)]
         publisher.submit(routed[:250] + lost)
         publisher.submit(routed[250:])
         eventually(lambda: len(confirmed) >= 500, timeout=30, what="500 confirms")
@@ -115,7 +115,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
 
     def unroutable(name: str, count: int) -> list[Outgoing[Hashable]]:
         current.update(f"{name}{i}" for i in range(count))
-        return [Outgoing(f"{name}{i}", "nobody.yet", b"{}", f"{name}{i}", "nobody.yet", 0) for i in range(count)]
+        return [Outgoing(f"{name}{i}", b"{}", f"{name}{i}", "nobody.yet", 0) for i in range(count)]
 
     def session_ended(messages: list[Outgoing[Hashable]]) -> None:
         current.difference_update(m.token for m in messages)
@@ -138,7 +138,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
         # 1. Returned, retrying with backoff, then stale: dropped from the retry heap (or on their next failure).
         retrying = unroutable("u", 20)
         current.update(range(50))
-        messages: list[Outgoing[Hashable]] = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(50)]
+        messages: list[Outgoing[Hashable]] = [Outgoing(i, b"{}", f"m{i}", "routed", 0) for i in range(50)]
         on_loop(lambda: publisher.submit(retrying + messages))
         eventually(lambda: len(confirmed) == 50, timeout=30, what="the routed messages confirmed")
         assert held() > 0  # the unroutable ones: retried, with backoff
@@ -160,7 +160,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
         channel.queue_declare(late)
         channel.queue_bind(late, topology.events_exchange, "nobody.yet")
         current.add("fresh")
-        on_loop(lambda: publisher.submit([Outgoing("fresh", "nobody.yet", b"{}", "fresh", "nobody.yet", 0)]))
+        on_loop(lambda: publisher.submit([Outgoing("fresh", b"{}", "fresh", "nobody.yet", 0)]))
         eventually(lambda: "fresh" in confirmed, timeout=30, what="the fresh message confirmed")
         got = [channel.basic_get(late, auto_ack=True) for _ in range(2)]
         assert got[0][2] is not None and got[0][1].message_id == "fresh" and got[1][0] is None
