@@ -38,6 +38,12 @@ class ConfirmBook(Generic[T]):
         self._unconfirmed[tag] = (message_id, item)
         return tag
 
+    def sent_many(self, entries: list[tuple[str, T]]) -> None:
+        """`sent` for each (message id, item), in publish order: one dict update instead of a call per message."""
+        first = self._next_tag
+        self._next_tag += len(entries)
+        self._unconfirmed.update(zip(range(first, self._next_tag), entries, strict=True))
+
     def returned(self, message_id: str) -> None:
         self._returned[message_id] += 1
 

@@ -1,13 +1,24 @@
-"""`walfeed relay`: wiring of the CDC relay (settings in config.py, the loop in relay.py)."""
+"""`walfeed relay`: wiring of the CDC relay (settings in config.py, the loop in relay.py).
+
+`bootstrap` builds the process's parts and hands them to the relay, as cosmicpython's bootstrap.py does: unit
+tests hand it in-memory ones instead (testing.py).
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
+from collections.abc import Callable
+
+from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import Relay
+from services.cdc_relay.stream import ReplicationStream
 from services.core.settings import Settings
+from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +38,25 @@ def run(settings: Settings, source: str) -> int:
     probe = metrics.SlotLagProbe(settings.database_url, settings.slot, relay_settings.lag_interval)
     probe.start()
     try:
-        return Relay(settings, relay_settings).run()
+        relay = bootstrap(settings, relay_settings)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda _signum, _frame: relay.request_stop())
+        return relay.run()
     finally:
         probe.stop()
+
+
+def bootstrap(settings: Settings, relay: RelaySettings) -> Relay:
+    """The relay on one IOLoop shared by the replication socket, the broker connection and the timers (ADR 0014)."""
+    ioloop = IOLoop()
+    topology = Topology(settings.amqp_prefix)
+
+    def open_stream() -> ReplicationStream:
+        return ReplicationStream.open(settings.database_url, settings.slot, relay.status_interval)
+
+    def make_publisher(on_confirmed: Callable[[list[int]], None],
+                       is_current: Callable[[int], bool]) -> Publisher[int]:
+        return Publisher(ioloop, settings.amqp_url, topology, on_confirmed, window=relay.window,
+                         is_current=is_current, blocked_timeout=relay.blocked_timeout)
+
+    return Relay(relay, settings.slot, ioloop, open_stream, make_publisher)

@@ -19,7 +19,6 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Hashable
 from types import FrameType
 
 import psycopg
@@ -28,6 +27,7 @@ from psycopg.rows import TupleRow
 
 from services.cdc_relay import metrics, poll_sql
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.messages import Outgoing, outgoing
 from services.cdc_relay.poll_policy import (
     MARK_MIN_GAP,
     Claims,
@@ -36,8 +36,7 @@ from services.cdc_relay.poll_policy import (
     mark_due,
     next_poll_delay,
 )
-from services.cdc_relay.publisher import Outgoing, PublisherThread
-from services.cdc_relay.relay import outgoing
+from services.cdc_relay.publisher_thread import PublisherThread
 from services.core import backoff
 from services.core.settings import Settings
 from services.core.topology import Topology
@@ -85,13 +84,14 @@ class Poller:
         self.id = poller_id()
         self._stopping = False
         self._claims = Claims()
-        self._confirmed: queue.SimpleQueue[list[Hashable]] = queue.SimpleQueue()
+        self._confirmed: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._waker = Waker()
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._next_poll = 0.0
         self._last_mark = 0.0
-        self._publisher = PublisherThread(settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed,
-                                          window=relay.window, blocked_timeout=relay.blocked_timeout)
+        self._publisher: PublisherThread[str] = PublisherThread(
+            settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed, window=relay.window,
+            blocked_timeout=relay.blocked_timeout)
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -145,7 +145,7 @@ class Poller:
         if not rows:
             EMPTY_POLLS.inc()
             return 0
-        batch: list[Outgoing] = []
+        batch: list[Outgoing[str]] = []
         for row in poll_sql.claim_order(rows):
             event = poll_sql.row_event(row)
             batch.append(outgoing(event, str(event.id)))
@@ -174,7 +174,7 @@ class Poller:
                 tokens = self._confirmed.get_nowait()
             except queue.Empty:
                 break
-            self._claims.confirmed(str(t) for t in tokens)
+            self._claims.confirmed(tokens)
         metrics.IN_FLIGHT.set(self._claims.in_flight)
 
     def _shutdown(self) -> None:
@@ -206,7 +206,7 @@ class Poller:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
-    def _on_confirmed(self, tokens: list[Hashable]) -> None:  # publisher thread
+    def _on_confirmed(self, tokens: list[str]) -> None:  # publisher thread
         self._confirmed.put(tokens)
         self._waker.poke()
 

@@ -53,13 +53,9 @@ class PositionTracker:
             raise PositionError("transaction began while another one is open")
         self._open = _Txn()
 
-    def published(self) -> int:
-        """An event of the open transaction was handed to the publisher. Returns its sequence number."""
-        return self.published_many(1)
-
     def published_many(self, count: int) -> int:
-        """`count` events of the open transaction were handed to the publisher, in order (one call per batch
-        rather than `published` per event). Returns the first sequence number; the others follow it."""
+        """`count` events of the open transaction were handed to the publisher, in order (one call per batch, not
+        per event). Returns the first sequence number; the others follow it."""
         if self._open is None:
             raise PositionError("event outside a transaction")
         first = self._next_seq
@@ -74,7 +70,8 @@ class PositionTracker:
         return self._next_seq
 
     def confirmed_many(self, seqs: list[int]) -> None:
-        """`confirmed` for each of `seqs`, with one look for confirmable transactions at the end."""
+        """The broker confirmed events `seqs`, with one look for confirmable transactions at the end. Unknown or
+        repeated numbers are a bug in the caller."""
         pop = self._by_seq.pop
         for seq in seqs:
             txn = pop(seq, None)
@@ -82,10 +79,6 @@ class PositionTracker:
                 raise PositionError(f"confirmation of unknown sequence number {seq}")
             txn.outstanding -= 1
         self._advance()
-
-    def confirmed(self, seq: int) -> None:
-        """The broker confirmed event `seq`. Unknown or repeated numbers are a bug in the caller."""
-        self.confirmed_many([seq])
 
     def commit(self, lsn: int) -> None:
         """The open transaction committed; `lsn` is its end position (wal2json's nextlsn)."""

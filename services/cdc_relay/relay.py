@@ -5,61 +5,87 @@ stream is read when it is readable and the read-ahead allows (at most READ_AHEAD
 events go straight to the publisher (which keeps one window at the broker), and its confirmations come back as
 calls on the same thread. Nothing here blocks on the broker: status updates go out from a timer whatever the
 broker does (slow, blocked by an alarm, down), well inside wal_sender_timeout.
+
+The relay is handed its loop, a way to open the stream and a way to build the publisher (main.py builds the real
+ones; testing.py has in-memory ones for unit tests).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import time
-from collections.abc import Hashable
-from types import FrameType
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.messages import Outgoing
+from services.cdc_relay.messages import outgoing as outgoing  # bench/relay_throughput.py imports it from here
 from services.cdc_relay.positions import PositionTracker
-from services.cdc_relay.publisher import Outgoing, Publisher
-from services.cdc_relay.stream import ConnectionLost, ReplicationStream, SlotBusy, SlotMissing
+from services.cdc_relay.sessions import Sessions
+from services.cdc_relay.stream import ReplicationError, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff
-from services.core.events import Event, encode
-from services.core.settings import Settings
-from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
-SESSION_SEQ_BITS = 40  # sequence numbers of session n are n << 40, n << 40 + 1...
 READ_BATCH = 500  # messages read before the loop looks at its sockets and timers again
 READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
 TICK = 0.1  # seconds between two looks at the position to confirm (so, between two updates while busy)
 
 
+class Stream(Protocol):
+    """A replication session (stream.ReplicationStream): raises ReplicationError when it is over."""
+
+    start_lsn: int
+
+    def read_message(self) -> Any: ...  # the next message (its `payload` is bytes), or None: non-blocking
+
+    def fileno(self) -> int: ...
+
+    @property
+    def wal_end(self) -> int: ...
+
+    def feedback(self, lsn: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EventPublisher(Protocol):
+    """What the relay asks of the publisher (publisher.Publisher[int]), on the relay's loop."""
+
+    def start(self) -> None: ...
+
+    def submit(self, messages: Iterable[Outgoing[int]]) -> None: ...
+
+    def drop_stale(self) -> None: ...
+
+    def stop(self, on_stopped: Callable[[], None]) -> None: ...
+
+
+OpenStream = Callable[[], Stream]  # raises SlotMissing, SlotBusy or ReplicationError
+# Builds the publisher with the relay's confirmation callback and its test of a current token.
+MakePublisher = Callable[[Callable[[list[int]], None], Callable[[int], bool]], EventPublisher]
+
+
 class Relay:
-    def __init__(self, settings: Settings, relay: RelaySettings) -> None:
-        self._settings, self._cfg = settings, relay
-        self._ioloop = IOLoop()
-        self._publisher = Publisher(self._ioloop, settings.amqp_url, Topology(settings.amqp_prefix),
-                                    self._on_confirmed, window=relay.window,
-                                    is_current=lambda token: token >= self._first_seq,  # type: ignore[operator]
-                                    blocked_timeout=relay.blocked_timeout)
+    def __init__(self, relay: RelaySettings, slot: str, ioloop: IOLoop, open_stream: OpenStream,
+                 make_publisher: MakePublisher, clock: Callable[[], float] = time.monotonic) -> None:
+        self._cfg, self._slot, self._ioloop, self._open, self._clock = relay, slot, ioloop, open_stream, clock
+        self._sessions = Sessions()  # which tokens are stale: those of a replication session that ended
+        self._publisher = make_publisher(self._on_confirmed, self._sessions.is_current)
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
         # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
         self._limit = READ_AHEAD * relay.window
         self._resume_at = self._limit - max(1, relay.window // 4)  # read again once a quarter window is confirmed
-        self._stream: ReplicationStream | None = None
+        self._stream: Stream | None = None
         self._tracker: PositionTracker | None = None
         self._fd = -1
         self._watching = False  # the replication socket is in the loop
         self._read_soon = False  # a read is scheduled (messages may be buffered in libpq: no socket event)
-        # Tokens are the tracker's sequence numbers, unique across replication sessions: session n numbers its events
-        # from n << SESSION_SEQ_BITS. Tokens below `_first_seq` are of a session that ended: Postgres sends their
-        # events again, so the publisher drops them unpublished and their confirmations are not counted.
-        self._epoch = 0  # replication sessions ended so far
-        self._first_seq = 0
         self._attempt = 0  # failed attempts to open the stream in a row
         self._sent = 0  # the position last confirmed to Postgres
         self._last_feedback = 0.0
@@ -69,11 +95,8 @@ class Relay:
         self._exit = 0
 
     def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-        self._publisher.start()
-        self._ioloop.call_later(0, self._open_stream)
-        self._ioloop.call_later(TICK, self._tick)
+        """Runs the loop until stopped (`request_stop`, or a missing slot); returns the exit status."""
+        self.start()
         try:
             self._ioloop.start()
         finally:
@@ -81,16 +104,29 @@ class Relay:
             self._ioloop.close()
         return self._exit
 
+    def start(self) -> None:
+        """Schedules the first steps on the loop; `run` then runs it."""
+        self._publisher.start()
+        self._ioloop.call_later(0, self._open_stream)
+        self._ioloop.call_later(TICK, self._tick)
+
+    @property
+    def exit_status(self) -> int:
+        return self._exit
+
+    def request_stop(self) -> None:
+        """Stop, from any thread or a signal handler: wakes the loop; the rest happens on it."""
+        self._ioloop.add_callback_threadsafe(self._begin_stop)
+
     # --- the replication stream ---
     def _open_stream(self) -> None:
         if self._stopping:
             return
         try:
-            stream = ReplicationStream.open(self._settings.database_url, self._settings.slot,
-                                            self._cfg.status_interval)
+            stream = self._open()
         except SlotMissing:
             log.error("replication slot does not exist: check WALFEED_SLOT and run `walfeed migrate`",
-                      extra={"slot": self._settings.slot})
+                      extra={"slot": self._slot})
             self._exit = 1
             self._begin_stop()
             return
@@ -98,7 +134,7 @@ class Relay:
             log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
             self._ioloop.call_later(self._cfg.standby_interval, self._open_stream)
             return
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._attempt += 1
             wait = backoff.delay(self._attempt, 0.5, 10.0)
             log.warning("postgres unreachable, retrying", extra={"error": str(exc).strip(),
@@ -106,10 +142,10 @@ class Relay:
             self._ioloop.call_later(wait, self._open_stream)
             return
         self._attempt = 0
-        self._tracker = PositionTracker(stream.start_lsn, self._first_seq)
+        self._tracker = PositionTracker(stream.start_lsn, self._sessions.first_seq)
         self._stream, self._fd = stream, stream.fileno()
-        self._sent, self._last_feedback = stream.start_lsn, time.monotonic()
-        log.info("streaming", extra={"slot": self._settings.slot, "lsn": format_lsn(stream.start_lsn)})
+        self._sent, self._last_feedback = stream.start_lsn, self._clock()
+        log.info("streaming", extra={"slot": self._slot, "lsn": format_lsn(stream.start_lsn)})
         self._watch(True)
         self._schedule_read()
 
@@ -142,10 +178,10 @@ class Relay:
         if room <= 0:
             self._watch(False)  # until confirmations make room (`_on_confirmed`)
             return
-        batch: list[Outgoing] = []
+        batch: list[Outgoing[int]] = []
         try:
             more = self._read(stream, tracker, batch, room)
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._lose_stream(exc)
             return
         if batch:
@@ -167,8 +203,7 @@ class Relay:
         if stream is None:
             return
         # The session ends: its events not yet published are stale from now on (no duplicates in between).
-        self._epoch += 1
-        self._first_seq = self._epoch << SESSION_SEQ_BITS
+        self._sessions.end()
         self._publisher.drop_stale()
         metrics.IN_FLIGHT.set(0)  # what was in flight is Postgres' to send again, not ours to wait for
         if self._watching:
@@ -179,14 +214,11 @@ class Relay:
         stream.close()
 
     # --- confirmations and positions ---
-    def _on_confirmed(self, tokens: list[Hashable]) -> None:  # from the publisher's ack callback
+    def _on_confirmed(self, seqs: list[int]) -> None:  # from the publisher's ack callback
         tracker = self._tracker
         if tracker is None:
             return  # the session ended: Postgres sends its events again
-        seqs = cast(list[int], tokens)
-        if seqs and min(seqs) < self._first_seq:  # confirmations of a session that ended: not ours to count
-            seqs = [seq for seq in seqs if seq >= self._first_seq]
-        tracker.confirmed_many(seqs)
+        tracker.confirmed_many(self._sessions.current(seqs))  # a session that ended: not ours to count
         metrics.IN_FLIGHT.set(tracker.in_flight)
         if self._stopping:
             if not tracker.in_flight:
@@ -208,35 +240,32 @@ class Relay:
         try:
             if tracker.idle:
                 tracker.server_idle_at(stream.wal_end)
-            now = time.monotonic()
+            now = self._clock()
             if tracker.confirmable > self._sent or now - self._last_feedback >= self._cfg.status_interval:
                 self._feedback(stream, tracker, now)
-        except ConnectionLost as exc:
+        except ReplicationError as exc:
             self._lose_stream(exc)
 
-    def _feedback(self, stream: ReplicationStream, tracker: PositionTracker, now: float) -> None:
+    def _feedback(self, stream: Stream, tracker: PositionTracker, now: float) -> None:
         stream.feedback(tracker.confirmable)
         self._sent, self._last_feedback = tracker.confirmable, now
         metrics.CONFIRMED_LSN.set(self._sent)
 
     # --- stopping ---
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self._ioloop.add_callback_threadsafe(self._begin_stop)  # wakes the loop; the rest happens on it
-
     def _begin_stop(self) -> None:
         """Stop reading, wait (bounded) for outstanding confirms, send the final position, close the broker."""
         if self._stopping:
             return
         self._stopping = True
         self._watch(False)
-        self._stop_deadline = time.monotonic() + self._cfg.shutdown_timeout
+        self._stop_deadline = self._clock() + self._cfg.shutdown_timeout
         in_flight = self._tracker.in_flight if self._tracker is not None else 0
         log.info("stopping: waiting for outstanding confirms", extra={"in_flight": in_flight})
         self._wait_for_confirms()
 
     def _wait_for_confirms(self) -> None:
         tracker = self._tracker
-        if tracker is not None and tracker.in_flight and time.monotonic() < self._stop_deadline:
+        if tracker is not None and tracker.in_flight and self._clock() < self._stop_deadline:
             self._ioloop.call_later(TICK, self._wait_for_confirms)  # `_on_confirmed` may finish earlier
             return
         self._finish_stop()
@@ -248,8 +277,8 @@ class Relay:
         stream, tracker = self._stream, self._tracker
         if stream is not None and tracker is not None:
             try:
-                self._feedback(stream, tracker, time.monotonic())
-            except ConnectionLost as exc:
+                self._feedback(stream, tracker, self._clock())
+            except ReplicationError as exc:
                 log.warning("could not send the final position", extra={"error": str(exc).strip()})
             log.info("stopped", extra={"lsn": format_lsn(tracker.confirmable), "unconfirmed": tracker.in_flight})
         self._close_stream()
@@ -257,7 +286,7 @@ class Relay:
 
 
     @staticmethod
-    def _read(stream: ReplicationStream, tracker: PositionTracker, batch: list[Outgoing], room: int) -> bool:
+    def _read(stream: Stream, tracker: PositionTracker, batch: list[Outgoing[int]], room: int) -> bool:
         """Read up to READ_BATCH messages and at most `room` events; True when more may be waiting.
 
         The hot loop of the relay: the tracker hears of the events once per transaction part (at the
@@ -274,7 +303,7 @@ class Relay:
                 break
             message = parse(raw.payload)
             if isinstance(message, Insert):
-                append(Outgoing(seq, message.type, message.body, message.event_id, message.type, message.timestamp))
+                append(Outgoing(seq, message.body, message.event_id, message.type, message.timestamp))
                 seq += 1
                 pending += 1
                 room -= 1
@@ -292,8 +321,3 @@ class Relay:
             tracker.published_many(pending)
         return more
 
-
-def outgoing(event: Event, token: Hashable) -> Outgoing:
-    """The AMQP message of an outbox event (SPEC.md section 5)."""
-    return Outgoing(token=token, routing_key=event.type, body=encode(event), message_id=str(event.id),
-                    type=event.type, timestamp=int(event.occurred_at.timestamp()))

@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 SESSION = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
 _SLOT = "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s"
 
-# What a lost or refused Postgres connection raises: reconnect with backoff.
-ConnectionLost = (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.DatabaseError)
+# Every error of the replication connection (psycopg2's base class: InterfaceError and DatabaseError): lost,
+# refused, or the walsender ended the session with an error. The session is over: open a new one with backoff.
+ReplicationError = psycopg2.Error
 
 
 class SlotMissing(Exception):

@@ -53,7 +53,6 @@ class Begin:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    lsn: int  # start of the commit record
     next_lsn: int  # end of the commit record: the position to confirm once the transaction is published
 
 
@@ -102,7 +101,7 @@ def parse(payload: bytes) -> Message:
     if action == "B":
         return _BEGIN
     if action == "C":
-        return Commit(parse_lsn(data.get("lsn", "")), parse_lsn(data.get("nextlsn", "")))
+        return Commit(parse_lsn(data.get("nextlsn", "")))
     if action == "I" and data.get("table") == _TABLE and data.get("schema") == _SCHEMA:
         event = outbox_event(data.get("columns"))
         return Insert(str(event.id), event.type, encode(event), int(event.occurred_at.timestamp()))

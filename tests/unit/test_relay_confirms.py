@@ -42,16 +42,16 @@ def ident(item: int) -> str:
     return f"m{item % 5}"
 
 
-@given(st.lists(st.tuples(st.sampled_from(["send", "ack", "ack*", "nack", "nack*", "return", "reset"]),
+@given(st.lists(st.tuples(st.sampled_from(["send", "send*", "ack", "ack*", "nack", "nack*", "return", "reset"]),
                           st.integers(min_value=0, max_value=40)), max_size=120))
 @example([("send", 0), ("send", 0), ("ack*", 1), ("reset", 0), ("send", 0), ("ack*", 1)])  # numbering restarts
 @example([("send", 0), ("return", 0), ("reset", 0)] + [("send", 0)] * 6 + [("ack*", 6)])  # a reset forgets returns
 @example([("send", 0), ("return", 0), ("nack", 1)] + [("send", 0)] * 5 + [("ack", 6)])  # so does a nack
 @settings(max_examples=300)
 def test_settles_exactly_what_a_plain_model_settles(steps: list[tuple[str, int]]) -> None:
-    """Any interleaving of publishes, returns, single and `multiple` acks and nacks (in any tag order) and channel
-    resets: each item comes out once, in tag order, confirmed or failed as the obvious model of the broker says (a
-    returned message's ack is a failure; a nack or a reset forgets its return)."""
+    """Any interleaving of publishes (one or a batch at a time), returns, single and `multiple` acks and nacks (in
+    any tag order) and channel resets: each item comes out once, in tag order, confirmed or failed as the obvious
+    model of the broker says (a returned message's ack is a failure; a nack or a reset forgets its return)."""
     book: ConfirmBook[int] = ConfirmBook()
     model: dict[int, int] = {}  # tag -> item, unconfirmed
     returned: Counter[str] = Counter()
@@ -61,6 +61,12 @@ def test_settles_exactly_what_a_plain_model_settles(steps: list[tuple[str, int]]
             assert book.sent(ident(item), item) == next_tag
             model[next_tag] = item
             next_tag, item = next_tag + 1, item + 1
+        elif action == "send*":  # a batch of n % 4 in one call
+            batch = [(ident(item + i), item + i) for i in range(n % 4)]
+            book.sent_many(batch)
+            for i in range(n % 4):
+                model[next_tag + i] = item + i
+            next_tag, item = next_tag + n % 4, item + n % 4
         elif action == "return":
             if model:
                 message_id = ident(model[sorted(model)[n % len(model)]])

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pika.adapters.select_connection import IOLoop
 
-from services.cdc_relay.publisher import EventProperties
+from services.cdc_relay.messages import EventProperties
 from services.core.events import CONTENT_TYPE
 
 

@@ -14,12 +14,12 @@ from services.cdc_relay.positions import PositionError, PositionTracker
 def test_a_transaction_is_confirmable_only_when_all_its_events_are_confirmed() -> None:
     t = PositionTracker(100)
     t.begin()
-    a, b = t.published(), t.published()
+    a, b = t.published_many(1), t.published_many(1)
     t.commit(200)
     assert t.confirmable == 100
-    t.confirmed(b)
+    t.confirmed_many([b])
     assert t.confirmable == 100
-    t.confirmed(a)
+    t.confirmed_many([a])
     assert t.confirmable == 200
     assert t.in_flight == 0 and t.idle
 
@@ -27,7 +27,7 @@ def test_a_transaction_is_confirmable_only_when_all_its_events_are_confirmed() -
 def test_events_confirmed_before_the_commit_arrives_wait_for_the_commit() -> None:
     t = PositionTracker(0)
     t.begin()
-    t.confirmed(t.published())
+    t.confirmed_many([t.published_many(1)])
     assert t.confirmable == 0
     t.commit(50)
     assert t.confirmable == 50
@@ -36,14 +36,14 @@ def test_events_confirmed_before_the_commit_arrives_wait_for_the_commit() -> Non
 def test_a_later_transaction_confirmed_first_does_not_move_the_position_past_an_earlier_one() -> None:
     t = PositionTracker(0)
     t.begin()
-    first = t.published()
+    first = t.published_many(1)
     t.commit(10)
     t.begin()
-    second = t.published()
+    second = t.published_many(1)
     t.commit(20)
-    t.confirmed(second)
+    t.confirmed_many([second])
     assert t.confirmable == 0
-    t.confirmed(first)
+    t.confirmed_many([first])
     assert t.confirmable == 20
 
 
@@ -58,14 +58,14 @@ def test_transactions_without_events_advance_the_position_when_nothing_waits() -
 def test_empty_transactions_behind_a_pending_one_wait_then_merge() -> None:
     t = PositionTracker(0)
     t.begin()
-    seq = t.published()
+    seq = t.published_many(1)
     t.commit(10)
     for lsn in range(11, 1000):
         t.begin()
         t.commit(lsn)
     assert t.confirmable == 0
     assert len(t._waiting) == 1  # bounded: empty transactions merged into the pending one
-    t.confirmed(seq)
+    t.confirmed_many([seq])
     assert t.confirmable == 999
 
 
@@ -76,11 +76,11 @@ def test_server_idle_position_only_when_nothing_is_open_or_in_flight() -> None:
     t.begin()
     t.server_idle_at(200)
     assert t.confirmable == 100
-    seq = t.published()
+    seq = t.published_many(1)
     t.commit(150)
     t.server_idle_at(300)
     assert t.confirmable == 100
-    t.confirmed(seq)
+    t.confirmed_many([seq])
     t.server_idle_at(300)
     assert t.confirmable == 300
 
@@ -98,9 +98,9 @@ def test_protocol_errors_are_loud() -> None:
     with pytest.raises(PositionError):
         t.commit(1)
     with pytest.raises(PositionError):
-        t.published()
+        t.published_many(1)
     with pytest.raises(PositionError):
-        t.confirmed(42)
+        t.confirmed_many([42])
     t.begin()
     with pytest.raises(PositionError):
         t.begin()
@@ -116,7 +116,7 @@ def test_confirmable_is_always_a_fully_confirmed_commit(sizes: list[int], rnd: r
     for i, size in enumerate(sizes):
         t.begin()
         for _ in range(size):
-            txn_of[t.published()] = i
+            txn_of[t.published_many(1)] = i
         commits.append((i + 1) * 10)
         t.commit(commits[-1])
     pending = list(txn_of)
@@ -124,7 +124,7 @@ def test_confirmable_is_always_a_fully_confirmed_commit(sizes: list[int], rnd: r
     unconfirmed = {i: sum(1 for s in txn_of if txn_of[s] == i) for i in range(len(sizes))}
     previous = t.confirmable
     for seq in pending:
-        t.confirmed(seq)
+        t.confirmed_many([seq])
         unconfirmed[txn_of[seq]] -= 1
         done = 0
         for i in range(len(sizes)):
@@ -137,7 +137,7 @@ def test_confirmable_is_always_a_fully_confirmed_commit(sizes: list[int], rnd: r
     assert t.confirmable == commits[-1]
 
 
-def test_batched_bookkeeping_matches_per_event_bookkeeping() -> None:
+def test_events_and_confirmations_in_batches() -> None:
     t = PositionTracker(0, first_seq=1 << 40)
     t.begin()
     first = t.published_many(3)

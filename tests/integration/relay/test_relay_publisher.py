@@ -13,7 +13,9 @@ import pika
 import pytest
 from pika.adapters.select_connection import IOLoop
 
-from services.cdc_relay.publisher import Outgoing, Publisher, PublisherThread
+from services.cdc_relay.messages import Outgoing
+from services.cdc_relay.publisher import Publisher
+from services.cdc_relay.publisher_thread import PublisherThread
 from services.core.topology import Topology
 from tests.harness.infra import Infra
 from tests.harness.waiting import eventually
@@ -33,7 +35,7 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(
             confirmed.extend(tokens)
 
     window = 16
-    publisher = PublisherThread(infra.amqp_url, topology, on_confirmed, window=window)
+    publisher: PublisherThread[Hashable] = PublisherThread(infra.amqp_url, topology, on_confirmed, window=window)
     publisher.start()
     most_unconfirmed = [0]
     watching = threading.Event()
@@ -53,8 +55,8 @@ def test_async_confirms_come_back_once_per_token_and_returns_are_not_confirms(
         channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
         channel.queue_declare(observed, auto_delete=False)
         channel.queue_bind(observed, topology.events_exchange, "routed")
-        routed = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(500)]
-        lost = [Outgoing("nobody", "nobody.listens", b"{}", "lost", "nobody.listens", 0)]
+        routed: list[Outgoing[Hashable]] = [Outgoing(i, b"{}", f"m{i}", "routed", 0) for i in range(500)]
+        lost: list[Outgoing[Hashable]] = [Outgoing("nobody", b"{}", "lost", "nobody.listens", 0)]
         publisher.submit(routed[:250] + lost)
         publisher.submit(routed[250:])
         eventually(lambda: len(confirmed) >= 500, timeout=30, what="500 confirms")
@@ -78,7 +80,7 @@ def test_stop_during_the_broker_handshake_ends_cleanly(infra: Infra, topology: T
     an assertion inside pika (docs/adr/0014). The stop must wait for the open (or its failure) instead; an
     exception on the publisher's thread fails this test (pytest turns unhandled thread exceptions into errors)."""
     for _ in range(20):
-        publisher = PublisherThread(infra.amqp_url, topology, lambda _tokens: None, window=10)
+        publisher: PublisherThread[str] = PublisherThread(infra.amqp_url, topology, lambda _tokens: None, window=10)
         publisher.start()
         try:
             # A peek at pika's private state, to aim at the race: the socket is connected, the handshake not over.
@@ -99,7 +101,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
     ioloop = IOLoop()
     current: set[Hashable] = set()
     confirmed: list[Hashable] = []
-    publisher = Publisher(ioloop, infra.amqp_url, topology, confirmed.extend, window=8,
+    publisher: Publisher[Hashable] = Publisher(ioloop, infra.amqp_url, topology, confirmed.extend, window=8,
                           is_current=lambda token: token in current)
 
     def on_loop(call: Callable[[], T]) -> T:
@@ -111,11 +113,11 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
     def held() -> int:
         return on_loop(lambda: publisher.waiting + publisher.unconfirmed)
 
-    def unroutable(name: str, count: int) -> list[Outgoing]:
+    def unroutable(name: str, count: int) -> list[Outgoing[Hashable]]:
         current.update(f"{name}{i}" for i in range(count))
-        return [Outgoing(f"{name}{i}", "nobody.yet", b"{}", f"{name}{i}", "nobody.yet", 0) for i in range(count)]
+        return [Outgoing(f"{name}{i}", b"{}", f"{name}{i}", "nobody.yet", 0) for i in range(count)]
 
-    def session_ended(messages: list[Outgoing]) -> None:
+    def session_ended(messages: list[Outgoing[Hashable]]) -> None:
         current.difference_update(m.token for m in messages)
         publisher.drop_stale()
 
@@ -136,7 +138,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
         # 1. Returned, retrying with backoff, then stale: dropped from the retry heap (or on their next failure).
         retrying = unroutable("u", 20)
         current.update(range(50))
-        messages = [Outgoing(i, "routed", b"{}", f"m{i}", "routed", 0) for i in range(50)]
+        messages: list[Outgoing[Hashable]] = [Outgoing(i, b"{}", f"m{i}", "routed", 0) for i in range(50)]
         on_loop(lambda: publisher.submit(retrying + messages))
         eventually(lambda: len(confirmed) == 50, timeout=30, what="the routed messages confirmed")
         assert held() > 0  # the unroutable ones: retried, with backoff
@@ -158,7 +160,7 @@ def test_stale_messages_are_dropped_waiting_or_failing(infra: Infra, topology: T
         channel.queue_declare(late)
         channel.queue_bind(late, topology.events_exchange, "nobody.yet")
         current.add("fresh")
-        on_loop(lambda: publisher.submit([Outgoing("fresh", "nobody.yet", b"{}", "fresh", "nobody.yet", 0)]))
+        on_loop(lambda: publisher.submit([Outgoing("fresh", b"{}", "fresh", "nobody.yet", 0)]))
         eventually(lambda: "fresh" in confirmed, timeout=30, what="the fresh message confirmed")
         got = [channel.basic_get(late, auto_ack=True) for _ in range(2)]
         assert got[0][2] is not None and got[0][1].message_id == "fresh" and got[1][0] is None

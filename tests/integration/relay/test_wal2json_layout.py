@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from services.cdc_relay import stream, wal2json
-from services.cdc_relay.relay import outgoing
+from services.cdc_relay.messages import outgoing
 from services.core import events as ev
 from tests.integration.worker import world
 

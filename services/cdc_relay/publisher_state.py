@@ -1,0 +1,168 @@
+"""What the publisher holds and what becomes of each message. Pure: fed with the time and what the broker said.
+
+A message is in one place at a time: ready (submitted, or failed and due again), unconfirmed (published: the
+`ConfirmBook`), or retrying (returned, nacked or unconfirmed on a lost channel, waiting out its backoff). At most
+`window` are unconfirmed. Failed messages are published again forever (docs/adr/0012), oldest first after a lost
+channel: duplicates, never losses. A message `is_current` no longer accepts is not published again
+(docs/adr/0015): `drop_stale` forgets those waiting, and those unconfirmed are forgotten when they fail.
+
+The usual message never fails: its first publish time travels with it in the book, and neither of the two dicts
+kept by message id for failed ones (failed tries until confirmed, first publish time until published again) is
+touched. `publisher.Publisher` is the pika side (sockets, timers, metrics); this is the sequin split of a process
+from its state (STYLE.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from services.cdc_relay.confirms import ConfirmBook
+from services.cdc_relay.messages import Outgoing
+from services.core import backoff
+
+T = TypeVar("T")
+
+RETRY_BASE = 0.2  # seconds: the backoff of a failed message's first retry, doubling up to RETRY_CAP
+RETRY_CAP = 5.0
+
+
+Entry = tuple[Outgoing[T], float]  # a message and when it was first published
+
+
+@dataclass(slots=True)
+class Settled(Generic[T]):
+    """What an ack or nack frame settled: the confirmed messages' tokens and first publish times, and the failed
+    messages, for `retry`."""
+
+    tokens: list[T]
+    first_sent: list[float]
+    failed: list[Entry[T]]
+
+
+def always_current(_token: object) -> bool:
+    return True
+
+
+class PublisherState(Generic[T]):
+    def __init__(self, window: int, is_current: Callable[[T], bool] = always_current) -> None:
+        self._window = window
+        self._is_current = is_current
+        self._ready: deque[Outgoing[T]] = deque()
+        self._retry: list[tuple[float, int, Outgoing[T]]] = []  # a heap by due time, then failure order
+        self._order = itertools.count()
+        self._book: ConfirmBook[Entry[T]] = ConfirmBook()
+        self._tries: dict[str, int] = {}
+        self._first_sent: dict[str, float] = {}
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages published and not confirmed yet (at most the window)."""
+        return len(self._book)
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
+
+    @property
+    def retrying(self) -> int:
+        return len(self._retry)
+
+    @property
+    def waiting(self) -> int:
+        """Messages held to be published: ready, or failed and waiting for their retry."""
+        return len(self._ready) + len(self._retry)
+
+    @property
+    def next_due(self) -> float | None:
+        """When the first retrying message is due (`due` then makes it ready); None when none is retrying."""
+        return self._retry[0][0] if self._retry else None
+
+    def submit(self, messages: Iterable[Outgoing[T]]) -> None:
+        self._ready.extend(messages)
+
+    def to_publish(self, now: float) -> list[Outgoing[T]]:
+        """The ready messages that fit in the window, oldest first, booked as published at `now` in this order (the
+        broker numbers them in the order they are published)."""
+        ready = self._ready
+        count = min(len(ready), self._window - len(self._book))
+        if count <= 0:
+            return []
+        popleft = ready.popleft
+        batch = [popleft() for _ in range(count)]
+        if self._first_sent:  # some of them failed before: they keep their first publish time
+            pop = self._first_sent.pop
+            self._book.sent_many([(m.message_id, (m, pop(m.message_id, now))) for m in batch])
+        else:
+            self._book.sent_many([(m.message_id, (m, now)) for m in batch])
+        return batch
+
+    def returned(self, message_id: str) -> None:
+        self._book.returned(message_id)
+
+    def acked(self, tag: int, multiple: bool) -> Settled[T]:
+        outcome = self._book.acked(tag, multiple)
+        return self._settled(outcome.confirmed, outcome.failed)
+
+    def nacked(self, tag: int, multiple: bool) -> Settled[T]:
+        return Settled([], [], self._book.nacked(tag, multiple).failed)
+
+    def retry(self, failed: list[Entry[T]], now: float) -> int:
+        """Failed messages wait out their backoff (`next_due`, `due`); stale ones are forgotten. Returns how many
+        will be published again."""
+        again = self._keep(failed)
+        tries, retry, order = self._tries, self._retry, self._order
+        for message in again:
+            count = tries[message.message_id] = tries.get(message.message_id, 0) + 1
+            heapq.heappush(retry, (now + backoff.delay(count, RETRY_BASE, RETRY_CAP), next(order), message))
+        return len(again)
+
+    def due(self, now: float) -> None:
+        """Retrying messages whose backoff is over become ready."""
+        retry = self._retry
+        while retry and retry[0][0] <= now:
+            self._ready.append(heapq.heappop(retry)[2])
+
+    def channel_lost(self) -> None:
+        """Nothing is in flight on a closed channel: everything unconfirmed goes first in the ready queue, oldest
+        first, to be published again (the broker may or may not have it: resending is the at-least-once answer)."""
+        self._ready.extendleft(reversed(self._keep(self._book.reset())))
+
+    def drop_stale(self) -> None:
+        """Forget the waiting messages `is_current` no longer accepts. Unconfirmed ones are forgotten if they fail:
+        stale messages are checked here and on failure, never per publish."""
+        is_current = self._is_current
+        stale = [m for m in self._ready if not is_current(m.token)]
+        stale += [entry[2] for entry in self._retry if not is_current(entry[2].token)]
+        if not stale:
+            return
+        self._ready = deque(m for m in self._ready if is_current(m.token))
+        self._retry = [entry for entry in self._retry if is_current(entry[2].token)]
+        heapq.heapify(self._retry)
+        for message in stale:
+            self._forget(message)
+
+    def _settled(self, confirmed: list[Entry[T]], failed: list[Entry[T]]) -> Settled[T]:
+        if self._tries:
+            for message, _ in confirmed:
+                self._tries.pop(message.message_id, None)
+        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed)
+
+    def _keep(self, entries: list[Entry[T]]) -> list[Outgoing[T]]:
+        """The messages to publish again, their first publish time kept; stale ones forgotten."""
+        is_current, first_sent, again = self._is_current, self._first_sent, []
+        for message, at in entries:
+            if is_current(message.token):
+                first_sent.setdefault(message.message_id, at)
+                again.append(message)
+            else:
+                self._forget(message)
+        return again
+
+    def _forget(self, message: Outgoing[T]) -> None:
+        self._tries.pop(message.message_id, None)
+        self._first_sent.pop(message.message_id, None)
