@@ -23,10 +23,11 @@ FROM unnest(%(keys)s::bigint[], %(exclusive)s::bool[]) AS l(key, exclusive)
 # The outbox rows of the batch's events as this transaction sees them (an id missing: not visible yet, or forged)
 # and whether this consumer processed them. Taken after the locks, so a duplicate that committed meanwhile is seen.
 KNOWN_EVENTS: Final = sql.SQL("""
-SELECT o.id, o.type, o.payload,
-       EXISTS (SELECT 1 FROM processed_events pe WHERE pe.consumer = %(consumer)s AND pe.event_id = o.id) AS processed
+SELECT o.id, o.type, o.payload, pe.event_id IS NOT NULL AS processed
 FROM unnest(%(ids)s::uuid[]) AS e(id)
 CROSS JOIN LATERAL (SELECT id, type, payload FROM outbox WHERE id = e.id OFFSET 0) o
+LEFT JOIN LATERAL (SELECT event_id FROM processed_events
+                   WHERE consumer = %(consumer)s AND event_id = e.id OFFSET 0) pe ON true
 """)
 
 MARK_PROCESSED_MANY: Final = sql.SQL(
@@ -41,12 +42,14 @@ JOIN users u ON u.id = p.author_id
 """)
 
 # The decision is taken once per post: a retry or duplicate finds it recorded and reuses it. Returns the posts
-# this statement decided; the others were decided meanwhile by another transaction (READ_DECISIONS). The = ANY
-# makes the planner probe the primary key instead of joining the whole table.
+# this statement decided; the others were decided meanwhile by another transaction (READ_DECISIONS). Rows are
+# found by key and updated by ctid: joined with the unnest, a 200-id batch got a sequential scan of posts. A row
+# updated meanwhile has another ctid when re-checked, so it is skipped and read again: the same as decided.
 RECORD_DECISIONS: Final = sql.SQL("""
 UPDATE posts p SET fanned_out = d.push
-FROM unnest(%(post_ids)s::bigint[], %(push)s::bool[]) AS d(id, push)
-WHERE p.id = d.id AND p.id = ANY(%(post_ids)s::bigint[]) AND p.fanned_out IS NULL
+FROM (SELECT x.ctid, i.push FROM unnest(%(post_ids)s::bigint[], %(push)s::bool[]) AS i(id, push)
+      CROSS JOIN LATERAL (SELECT ctid FROM posts WHERE id = i.id AND fanned_out IS NULL OFFSET 0) x) d
+WHERE p.ctid = d.ctid AND p.fanned_out IS NULL
 RETURNING p.id
 """)
 READ_DECISIONS: Final = sql.SQL("""
@@ -55,8 +58,7 @@ CROSS JOIN LATERAL (SELECT id, fanned_out FROM posts WHERE id = i.id OFFSET 0) p
 """)
 
 # The own rows of every pushed post (%(own)s) and the whole audience of the small ones (%(fan_out)s true), in one
-# insert.
-# Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
+# insert. Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
 # wait for each other in one order instead of deadlocking. Re-checks that each post is alive.
 FANOUT_BATCH: Final = sql.SQL("""
 WITH alive AS (
