@@ -127,3 +127,13 @@ def test_run_notes_name_unreached_rates_and_invisible_posts() -> None:
         "cdc at 1000 posts/s: the writers sustained 918, 1,000 posts/s in the 2 run(s)",
         "cdc at 1000 posts/s: 0, 5 posts not in all timelines 40 s after the last commit (left out of the percentiles)",
     ]
+
+
+def test_scan_delta_ranks_tables_by_rows_read_per_second() -> None:
+    before = {"posts": {"seq_tup_read": 100, "idx_tup_read": 0}, "users": {"seq_tup_read": 0, "idx_tup_read": 10}}
+    after = {"posts": {"seq_tup_read": 2100, "idx_tup_read": 0}, "users": {"seq_tup_read": 0, "idx_tup_read": 30},
+             "timelines": {"seq_tup_read": 0, "idx_tup_read": 400}}  # new since `before`: counts from zero
+    d = dbload.scan_delta(before, after, seconds=2.0, top=2)
+    assert list(d) == ["posts", "timelines"]
+    assert d["posts"]["seq_tup_read"] == 1000.0
+    assert d["timelines"]["idx_tup_read"] == 200.0
