@@ -2,7 +2,7 @@
 
 Writers insert each post and its `post.created` outbox row in one transaction with the API's own statements
 (services/api/sql.py, as services/api/store.py runs them), paced to a steady
-rate. A watcher polls `timelines` for the posts not complete yet (`post_id = ANY(pending)`, timelines_post_idx)
+rate. A watcher polls `timelines` for the posts not complete yet that the fan-out has reached (`watcher`)
 every few ms; a post is visible when it has `expected` rows (its followers' plus the author's own). The time of
 visibility is the start of the watcher's query that first saw them (its snapshot), so a latency is exact to
 within one watcher period. The API is not used: its read path merges undecided posts at read time, so a post
@@ -40,6 +40,7 @@ class Book:
     visible: dict[int, float] = field(default_factory=dict)
     published: dict[int, float] = field(default_factory=dict)  # received from the events exchange
     polls: int = 0
+    probes: int = 0  # primary-key probes the watcher made (its cost on Postgres)
     poll_seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -97,26 +98,41 @@ SELECT t.post_id FROM unnest(%s::bigint[], %s::bigint[]) AS k(user_id, post_id)
 JOIN timelines t ON t.user_id = k.user_id AND t.post_id = k.post_id
 """
 COUNT = "SELECT post_id, count(*) FROM timelines WHERE post_id = ANY(%s) GROUP BY post_id"
+FRONTIER = "SELECT max(post_id) FROM timelines"
 
 
 def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int], period: float,
             stop: threading.Event) -> None:
-    """Two steps per poll, to keep its own load on Postgres small: a primary-key probe of one follower's row per
-    pending post (the follower fanned out last), then a full count only for the posts that probe found."""
-    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher") as conn:
+    """Three steps per poll, to keep its own load on Postgres small whatever the backlog:
+
+    1. the fan-out frontier, `max(post_id)` of timelines (one entry of timelines_post_idx, read backwards): a post
+       above it has no row at all yet, so only pending posts at or below it are candidates. With a backlog of
+       thousands, the candidates are the posts in flight in the workers, not the whole backlog;
+    2. a primary-key probe of one follower's row per candidate (the follower fanned out last);
+    3. a full count only for the posts that probe found.
+
+    Never a prepared statement (prepare_threshold=None): each poll is planned for the table as it is then. A generic
+    plan cached while `timelines` was small is a sequential scan, kept however large the table grows (without
+    autovacuum nothing invalidates it)."""
+    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher",
+                         prepare_threshold=None) as conn:
         while not stop.is_set():
             ids = book.pending(WATCH_BATCH)
             begun = time.monotonic()
             if ids:
+                row = conn.execute(FRONTIER).fetchone()
+                frontier = row[0] if row and row[0] is not None else 0
+                candidates = [p for p in ids if p <= frontier]
                 with book.lock:
-                    users = [probe_user(book.authors[p]) for p in ids]
-                found = [r[0] for r in conn.execute(PROBE, (users, ids)).fetchall()]
+                    users = [probe_user(book.authors[p]) for p in candidates]
+                found = [r[0] for r in conn.execute(PROBE, (users, candidates)).fetchall()] if candidates else []
                 rows = conn.execute(COUNT, (found,)).fetchall() if found else []
                 with book.lock:
                     for post_id, count in rows:
                         if count >= expected and post_id not in book.visible:
                             book.visible[post_id] = begun
                     book.polls += 1
+                    book.probes += len(candidates)
                     book.poll_seconds += time.monotonic() - begun
             spent = time.monotonic() - begun
             time.sleep(max(period - spent, 2 * spent))  # the watcher's period; at most a third of a backend
@@ -155,6 +171,7 @@ class Run:
     commit_times: list[float]  # seconds from the start
     visible_times: list[float]
     watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
+    watcher_probes_per_s: float = 0.0  # its primary-key probes of timelines (its own load on Postgres)
 
 
 def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
@@ -195,4 +212,5 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         visibles = sorted(t - started for t in book.visible.values())
         watched = time.monotonic() - started
         period = (watched * 1000 / book.polls) if book.polls else float("nan")
-    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period)
+        probes = book.probes / watched
+    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period, probes)
