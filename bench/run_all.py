@@ -22,13 +22,11 @@ import argparse
 import datetime as dt
 import json
 import os
-import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from bench.lib import dbload, e2e, infra, report, scripts, stats  # noqa: E402
+from bench.lib import dbload, e2e, entry, infra, report, scripts, stats  # noqa: E402
 from bench.lib.progress import Progress  # noqa: E402
 
 AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 timeline rows per post (own row)
@@ -199,10 +197,6 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
     return results
 
 
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
@@ -215,11 +209,9 @@ def main() -> int:
         mode = Mode(mode.name, mode.rates, mode.seconds, args.reps, mode.idle, mode.drain)
     out = args.out or ROOT / "bench" / "results" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)  # also when started with SIGINT ignored (a background job)
     sources = infra.SOURCES
     progress = Progress(plan(mode, sources, not args.skip_scripts))
-    meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": load_avg(),
+    meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": entry.load_avg(),
                             "reps": mode.reps, "seconds_per_run": mode.seconds, "idle_seconds": mode.idle,
                             "authors": AUTHORS, "followers_per_author": PER_AUTHOR, "workers": WORKERS,
                             "worker_threads": WORKER_THREADS, "writes": "direct SQL, the API's statements"}
@@ -238,7 +230,7 @@ def main() -> int:
     progress.start("report and plots")
     from bench.lib import plots  # matplotlib is the bench extra: needed only here
 
-    meta.update(load_after=load_avg(), duration_s=progress.elapsed())
+    meta.update(load_after=entry.load_avg(), duration_s=progress.elapsed())
     load = {s: {p: stats.medians(v) for p, v in by.items()} for s, by in bench.load.items()}
     result: dict[str, Any] = {
         "meta": meta,
@@ -262,13 +254,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted: the bench's databases, queues and processes were removed", file=sys.stderr)
-        sys.exit(130)
+    entry.run(main)
