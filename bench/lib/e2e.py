@@ -11,6 +11,8 @@ is "visible" through the API at once; the rows in `timelines` are what the relay
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import random
 import threading
@@ -41,6 +43,7 @@ class Book:
     published: dict[int, float] = field(default_factory=dict)  # received from the events exchange
     polls: int = 0
     probes: int = 0  # primary-key probes the watcher made (its cost on Postgres)
+    errors: int = 0  # writes that failed
     poll_seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -74,9 +77,15 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
     return post_id
 
 
+# One writer: (book, authors, rate, total, index, writers, started, stop, done), as `writer` below without its url.
+Write = Callable[[Book, int, float, int, int, int, float, threading.Event, threading.Barrier], None]
+
+
 def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
-           started: float, stop: threading.Event) -> None:
-    """Posts index, index + writers, ... each at its due time (never early; late ones go at once)."""
+           started: float, stop: threading.Event, done: threading.Barrier) -> None:
+    """Posts index, index + writers, ... each at its due time (never early; late ones go at once). A post that
+    fails is counted in `book.errors` and not retried. Then waits at `done` for the other writers, connection
+    still open (the barrier's action sees every writer's backend)."""
     rng = random.Random(index)
     with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
         for n in range(index, total, writers):
@@ -86,11 +95,18 @@ def writer(url: str, book: Book, authors: int, rate: float, total: int, index: i
             if wait > 0:
                 time.sleep(wait)  # pacing of the load generator
             author = rng.randint(1, authors)
-            post_id = write_post(conn, author, f"bench post {n}")
+            try:
+                post_id = write_post(conn, author, f"bench post {n}")
+            except psycopg.Error:  # a failed write is a figure of the run (errors), not the end of this writer
+                with book.lock:
+                    book.errors += 1
+                continue
             now = time.monotonic()
             with book.lock:
                 book.committed[post_id] = now
                 book.authors[post_id] = author
+        with contextlib.suppress(threading.BrokenBarrierError):
+            done.wait(60)
 
 
 PROBE = """
@@ -172,14 +188,22 @@ class Run:
     visible_times: list[float]
     watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
     watcher_probes_per_s: float = 0.0  # its primary-key probes of timelines (its own load on Postgres)
+    pending_at_end: int = 0  # committed and not visible when the last writer finished
+    errors: int = 0  # writes that failed
+    wrote_seconds: float = 0.0  # from the first due post to the last writer's end
 
 
 def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
-        rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005) -> Run:
-    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. However it ends
-    (Ctrl-C too), every thread is stopped and joined before this returns: the databases are dropped after it."""
+        rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005,
+        write: Write | None = None, at_end: Callable[[], None] | None = None) -> Run:
+    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. `writers` threads run
+    `write` (default `writer`: the API's statements over SQL); `at_end` is called once every writer
+    is done, before they close their connections and before the drain. However it ends (Ctrl-C too), every
+    thread is stopped and joined before this returns: the databases are dropped after it."""
+    write = write or functools.partial(writer, url)
     book, stop, ready = Book(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
+    done: threading.Barrier | None = None
 
     def start(target: Callable[..., None], *args: object) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True)
@@ -193,15 +217,20 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         total = max(1, due(seconds, rate, 10**9) - 1)
         start(watcher, url, book, expected, probe_user, watch_period, stop)
         started = time.monotonic() + 0.2
-        writing = [start(writer, url, book, authors, rate, total, i, writers, started, stop) for i in range(writers)]
+        done = threading.Barrier(writers, action=at_end)
+        writing = [start(write, book, authors, rate, total, i, writers, started, stop, done)
+                   for i in range(writers)]
         for thread in writing:
             thread.join()
         wrote = time.monotonic() - started
+        pending_at_end = len(book.pending(10**9))
         deadline = time.monotonic() + drain
         while book.pending(1) and time.monotonic() < deadline:
             time.sleep(0.05)  # waiting for the pipeline to drain, bounded
     finally:
         stop.set()
+        if done is not None:
+            done.abort()
         for thread in threads:
             thread.join(10)  # a writer or the watcher sees `stop` within a pacing step or a query
     with book.lock:
@@ -213,4 +242,5 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         watched = time.monotonic() - started
         period = (watched * 1000 / book.polls) if book.polls else float("nan")
         probes = book.probes / watched
-    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period, probes)
+    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period, probes,
+               pending_at_end, book.errors, wrote)
