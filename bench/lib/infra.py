@@ -105,6 +105,20 @@ def declare_amqp(prefix: str) -> None:
         conn.close()
 
 
+def token(user_id: int) -> str:
+    """The bearer token of a seeded user: SEED stores sha256('bench' || g) for the g-th user, whose id is g."""
+    return f"bench{user_id}"
+
+
+def queue_depth(prefix: str) -> int:
+    """Messages ready in the fan-out queue now (not counting those delivered to a worker and not acked yet)."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    try:
+        return int(conn.channel().queue_declare(Topology(prefix).fanout_queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
 class Resources:
     """Databases, AMQP prefixes and processes of one bench run."""
 
