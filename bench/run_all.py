@@ -8,11 +8,13 @@ relay, worker and API benchmarks against their ceilings, in one command, with a 
    paced writers at 100 and 1,000 posts/s, measuring post commit -> rows in all followers' timelines
    (bench/lib/e2e.py) and the database load of the same phase (bench/lib/dbload.py). Repeated --reps times,
    sources interleaved within each repetition; medians over repetitions.
-2. bench/relay_throughput.py, fanout_throughput.py and api_latency.py as subprocesses (bench/lib/scripts.py),
-   parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k / 10 followers.
+2. bench/relay_throughput.py, fanout_throughput.py, api_latency.py and capacity.py as subprocesses
+   (bench/lib/scripts.py), parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k /
+   10 followers; the capacity knee and the most posts/s delivered, per writer kind (its own report and plot in
+   the capacity/ subfolder).
 3. report.json, report.md, samples.json and PNG plots in the results folder.
 
-Full mode: ~12 minutes on a 2-core machine; --quick: ~3 minutes. Everything it creates is removed at the end,
+Full mode: ~15 minutes on a 2-core machine; --quick: ~5 minutes. Everything it creates is removed at the end,
 also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
 """
 
@@ -187,7 +189,7 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
         runs = []
         for i in range(scripts.runs(name, quick)):
             progress.start(f"{name} benchmark, run {i + 1}")
-            figures = scripts.run(name, quick, out / "logs" / f"{name}_benchmark.log")
+            figures = scripts.run(name, quick, out / "logs" / f"{name}_benchmark.log", out)
             if figures["missing"] or "error" in figures:
                 progress.note(f"{name}: missing {figures['missing']} {figures.get('error', '')}")
             runs.append(figures)
@@ -199,7 +201,7 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
+    parser.add_argument("--quick", action="store_true", help="a ~5-minute smoke version")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>)")
     parser.add_argument("--reps", type=int, help="repetitions of the latency runs (quick 1, full 3)")
     parser.add_argument("--skip-scripts", action="store_true", help="latency and load only")

@@ -1,4 +1,5 @@
-"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py and api_latency.py.
+"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py, api_latency.py and
+capacity.py.
 
 Those scripts print for people and have no JSON output yet; these parsers look for the summary lines by their
 words, not by position, accept thousands separators and extra spaces, and report which figure they could not find
@@ -63,6 +64,14 @@ API = {
 }
 
 
+CAPACITY = {
+    "knee_sql_posts_per_s": r"knee, SQL writers:\s*" + NUM,
+    "knee_http_posts_per_s": r"knee, HTTP writers:\s*" + NUM,
+    "max_delivered_sql_posts_per_s": r"^max delivered, SQL writers:\s*" + NUM,
+    "max_delivered_http_posts_per_s": r"^max delivered, HTTP writers:\s*" + NUM,
+}
+
+
 def relay(text: str) -> dict[str, Any]:
     return _find(RELAY, text)
 
@@ -75,4 +84,8 @@ def api(text: str) -> dict[str, Any]:
     return _find(API, text)
 
 
-PARSERS = {"relay": relay, "fanout": fanout, "api": api}
+def capacity(text: str) -> dict[str, Any]:
+    return _find(CAPACITY, text)
+
+
+PARSERS = {"relay": relay, "fanout": fanout, "api": api, "capacity": capacity}

@@ -81,6 +81,19 @@ def ratio_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+CAPACITY_KINDS = (("SQL writers (the API's statements)", "sql"), ("HTTP writers (walfeed api)", "http"))
+
+
+def capacity_table(scripts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The knee and the most posts/s delivered per writer kind (bench/capacity.py), medians over its runs."""
+    med = scripts.get("capacity", {}).get("median", {})
+    lines = ["| writers | knee, posts/s | most delivered, posts/s |", "|---|---|---|"]
+    for label, kind in CAPACITY_KINDS:
+        lines.append(f"| {label} | {fmt(med.get(f'knee_{kind}_posts_per_s', math.nan), 0)} | "
+                     f"{fmt(med.get(f'max_delivered_{kind}_posts_per_s', math.nan), 0)} |")
+    return lines
+
+
 def run_notes(e2e: Mapping[str, Mapping[str, Sequence[Mapping[str, float]]]], drain: float) -> list[str]:
     """What the reader must know about the latency runs: rates not reached, posts that never became visible."""
     notes = []
@@ -110,6 +123,9 @@ def markdown(report: Mapping[str, Any]) -> str:
            *load_table(report.get("load", {})), "",
            "## Ratios against ceilings measured in the same run", "",
            *ratio_table(report.get("ratios", [])), ""]
+    if "capacity" in report.get("scripts", {}):
+        out += ["## Capacity: the highest offered rate sustained (p99 < 1 s, no growing backlog; bench/capacity.py, "
+                "report and plot in capacity/)", "", *capacity_table(report["scripts"]), ""]
     notes = report.get("notes", [])
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]

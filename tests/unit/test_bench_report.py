@@ -65,6 +65,26 @@ def test_api_summary_with_interleaved_pairs() -> None:
     assert a["p99_ratio_big_small"] == 1.10
 
 
+CAPACITY_OUT = """| sql | 250 | 249 | 248 | 12.8 | 105.7 | 1 | -2 | 0 | 0 | n/a | 0.09 | 0.33 | sustained |
+- knee, SQL writers: 1,000 posts/s
+- knee, HTTP writers: 0 posts/s
+- http: steps 2000 not run: a lower step did not drain
+max delivered, SQL writers: 1,012 posts/s
+max delivered, HTTP writers: 204 posts/s
+"""
+
+
+def test_capacity_summary_and_its_report_section() -> None:
+    c = parse.capacity(CAPACITY_OUT)
+    assert c == {"knee_sql_posts_per_s": 1000.0, "knee_http_posts_per_s": 0.0, "max_delivered_sql_posts_per_s": 1012.0,
+                 "max_delivered_http_posts_per_s": 204.0, "missing": []}
+    scripts = {"capacity": {"runs": [c], "median": report.script_medians([c])}}
+    md = report.markdown({"scripts": scripts, "ratios": report.ratio_rows(scripts)})
+    assert "| SQL writers (the API's statements) | 1,000 | 1,012 |" in md
+    assert "| HTTP writers (walfeed api) | 0 | 204 |" in md
+    assert "## Capacity" not in report.markdown({"scripts": {}})  # not run: no section
+
+
 def test_a_changed_or_failed_output_names_what_is_missing() -> None:
     f = parse.relay("Traceback (most recent call last):\n  ...\nConnectionError\n")
     assert set(f["missing"]) == set(parse.RELAY)
