@@ -70,11 +70,8 @@ COMPONENTS = ("api", "relay", "workers", "postgres", "rabbitmq", "loadgen")
 
 
 def env_for(url: str, prefix: str, slot: str) -> dict[str, str]:
-    """The processes' environment: the bench's names, and its defaults for the settings not set in ours (any
-    WALFEED_WORKER_* / WALFEED_API_* set by whoever runs the bench passes through unchanged: infra.Resources.start
-    starts from os.environ)."""
-    env = {**pipeline_env(url, prefix, slot, infra.SOURCES[0]), **API_DEFAULTS}
-    return {k: v for k, v in env.items() if not (k.startswith(("WALFEED_WORKER_", "WALFEED_API_")) and k in os.environ)}
+    """The processes' environment: the bench's names, and its defaults for the settings not set in ours."""
+    return infra.passthrough({**pipeline_env(url, prefix, slot, infra.SOURCES[0]), **API_DEFAULTS})
 
 
 def connections(rate: int) -> int:

@@ -105,6 +105,13 @@ def declare_amqp(prefix: str) -> None:
         conn.close()
 
 
+def passthrough(env: Mapping[str, str]) -> dict[str, str]:
+    """A bench's settings for its processes, less the process settings (WALFEED_WORKER_*, WALFEED_API_*) set in the
+    bench's own environment: those reach the processes unchanged (Resources.start starts from os.environ), so whoever
+    runs a bench can set e.g. WALFEED_WORKER_BATCH_SIZE."""
+    return {k: v for k, v in env.items() if not (k.startswith(("WALFEED_WORKER_", "WALFEED_API_")) and k in os.environ)}
+
+
 def token(user_id: int) -> str:
     """The bearer token of a seeded user: SEED stores sha256('bench' || g) for the g-th user, whose id is g."""
     return f"bench{user_id}"

@@ -44,11 +44,17 @@ RELAY = {
     "lag_p99_ms": r"lag commit -> consumer.*?p99\s+" + NUM + r"\s*ms",
 }
 
-FANOUT = {
-    "ratio": r"^median:.*ratio\s+" + NUM,
-    "worker_rows_per_s": r"^median:\s*worker\s+" + NUM,
-    "ceiling_rows_per_s": r"^median:.*ceiling\s+" + NUM,
-    "small_events_per_s": r"10-follower authors:\s*" + NUM,
+SMALL, BIG, OLD = r"^median, 10-follower authors:", r"^median, 1,000-follower authors:", r"^median, 1,000-follower.*old"
+FANOUT = {  # worker ÷ the set-based ceiling per audience; worker ÷ the per-post statements (old ceiling), 1,000
+    "ratio_small": SMALL + r".*ratio\s+" + NUM,
+    "worker_small_rows_per_s": SMALL + r"\s*worker\s+" + NUM,
+    "ceiling_small_rows_per_s": SMALL + r".*set-based ceiling\s+" + NUM,
+    "ratio_big": BIG + r".*ratio\s+" + NUM,
+    "worker_big_rows_per_s": BIG + r"\s*worker\s+" + NUM,
+    "ceiling_big_rows_per_s": BIG + r".*set-based ceiling\s+" + NUM,
+    "ratio_big_per_post": OLD + r".*ratio\s+" + NUM,
+    "per_post_rows_per_s": OLD + r".*per-post statements\s+" + NUM,
+    "small_events_per_s": r"^10-follower authors:\s*" + NUM,
 }
 
 API = {

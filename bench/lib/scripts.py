@@ -30,7 +30,7 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
                  ["--steps", "250,500,1000,2000", "--seconds", "8", "--drain", "20"], 1, 1),
 }
 # seconds per run: quick, full
-ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
+ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
 TIMEOUTS = {"capacity": (240.0, 480.0)}  # scripts that take longer than TIMEOUT
 OUT = {"capacity"}  # scripts that write a results folder of their own (--out): a subfolder of run_all's
