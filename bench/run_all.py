@@ -106,7 +106,9 @@ NOTES = [
     "backlog; 'to broker' is the source alone.",
     "Database load: pg_stat_database of the bench database (pg_stat_statements needs a server restart) and "
     "/proc CPU of its backends; the source backend is the relay's walsender or the poller's connection. "
-    "Rates phases include the writers, the watcher and the workers, the same for every source.",
+    "Rates phases include the writers, the watcher and the workers, the same for every source. Rows read per "
+    "table: pg_stat_user_tables/_indexes of the same phases (their two snapshots add ~1,350 catalog rows each "
+    "to tup_returned).",
 ]
 
 
@@ -131,6 +133,7 @@ class Bench:
         self.samples: dict[str, dict[str, list[float]]] = {}
         self.series: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.load: dict[str, dict[str, list[dict[str, float]]]] = {}
+        self.tables: dict[str, dict[str, dict[str, dict[str, float]]]] = {}  # source -> phase -> table -> rates
 
     def source_rep(self, source: infra.Source, url: str, prefix: str, slot: str, rep: int) -> None:
         self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: start + warm-up")
@@ -143,7 +146,8 @@ class Bench:
                            drain=60.0, writers=1)
             if warm.unfinished:
                 raise RuntimeError(f"{source.name}: warm-up posts not visible after 60 s; see {self.out}/logs")
-            with infra.admin() as admin:
+            with infra.admin() as admin, psycopg.connect(url, autocommit=True, application_name="walfeed-bench-admin",
+                                                          prepare_threshold=None) as local:
                 if rep == 0:
                     self.progress.start(f"{source.name}: idle {self.mode.idle:.0f}s")
                     settle(url)
@@ -152,10 +156,15 @@ class Bench:
                     self.record_load(source, "idle", admin, dbname, before, relay.pid, cpu)
                 for rate in self.mode.rates:
                     self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: {rate} posts/s")
+                    tables = dbload.scans(local)
                     before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
                     run = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate,
                                   self.mode.seconds, self.mode.drain, writers=writers_for(rate))
                     self.record_load(source, f"{rate}/s", admin, dbname, before, relay.pid, cpu)
+                    if rep == 0:
+                        seconds = time.monotonic() - before.at
+                        self.tables.setdefault(source.name, {})[f"{rate}/s"] = dbload.scan_delta(
+                            tables, dbload.scans(local), seconds, top=3)
                     self.record_run(source, rate, run, first=rep == 0)
         finally:
             self.res.stop(relay)
@@ -239,6 +248,7 @@ def main() -> int:
         "e2e": {s: {r: {"runs": runs, "median": stats.medians(runs)} for r, runs in by.items()}
                 for s, by in bench.e2e.items()},
         "load": load,
+        "tables": bench.tables,
         "scripts": ratios,
         "ratios": report.ratio_rows(ratios),
         "notes": [*report.run_notes(bench.e2e, mode.drain), *NOTES],

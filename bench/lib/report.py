@@ -78,6 +78,19 @@ def load_table(load: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[st
     return lines
 
 
+def tables_table(tables: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -> list[str]:
+    """Where the rows were read, per source and phase: the tables read most, rows/s by sequential scans and index
+    entries/s by index scans (bench/lib/dbload.py scan_delta)."""
+    lines = ["| source | phase | tables read most: rows/s by seq scan + index entries/s by index scan |",
+             "|---|---|---|"]
+    for source, phases in tables.items():
+        for phase, by_table in phases.items():
+            cells = [f"{t} {fmt(d.get('seq_tup_read', 0.0), 0)} + {fmt(d.get('idx_tup_read', 0.0), 0)}"
+                     for t, d in by_table.items()]
+            lines.append(f"| {source} | {phase} | {'; '.join(cells)} |")
+    return lines
+
+
 def ratio_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| ratio | measured | ceiling (same run) | ratio (median) | target | runs |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -126,6 +139,7 @@ def markdown(report: Mapping[str, Any]) -> str:
            *e2e_table(report.get("e2e", {})), "",
            "## Database load per source (idle: no posts; rates: during the latency runs)", "",
            *load_table(report.get("load", {})), "",
+           *([*tables_table(report["tables"]), ""] if report.get("tables") else []),
            "## Ratios against ceilings measured in the same run", "",
            *ratio_table(report.get("ratios", [])), ""]
     events = report.get("scripts", {}).get("fanout", {}).get("median", {}).get("small_events_per_s")

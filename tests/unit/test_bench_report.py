@@ -128,8 +128,11 @@ def test_markdown_has_every_table() -> None:
         "ratios": report.ratio_rows({}),
         "notes": ["cdc at 1000 posts/s: the writers sustained only 417/s"],
     }
+    rep["tables"] = {"cdc": {"1000/s": {"posts": {"seq_tup_read": 3_792_663.0, "idx_tup_read": 1.0},
+                                        "timelines": {"seq_tup_read": 0.0, "idx_tup_read": 3_927.0}}}}
     md = report.markdown(rep)
     assert "| cdc | 100 | 100.0 | 7.5 | 29.8 | 55.0 | 78.5 | 0 | 2.0 | 9.0 | 1 |" in md
+    assert "| cdc | 1000/s | posts 3,792,663 + 1; timelines 0 + 3,927 |" in md
     assert "| poll-100ms | idle | 10.6 | n/a | n/a | n/a | 0.37 | n/a | n/a |" in md
     assert "| relay ÷ bare publisher | n/a events/s | n/a events/s | n/a | >= 0.8 | 0 |" in md
     assert "- cdc at 1000 posts/s: the writers sustained only 417/s" in md
