@@ -62,13 +62,11 @@ async def _connection(port: int, book: Book, authors: int, rate: float, total: i
                 post_id = None
                 writer.close()
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            now = time.monotonic()
-            with book.lock:
-                if post_id is None:
+            if post_id is None:
+                with book.lock:
                     book.errors += 1
-                else:
-                    book.committed[post_id] = now
-                    book.authors[post_id] = author
+            else:
+                book.commit(post_id, author, time.monotonic())
     finally:
         writer.close()
 
