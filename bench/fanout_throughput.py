@@ -247,9 +247,10 @@ def main() -> int:
     parser.add_argument("--small-events", type=int, default=1000,
                         help="posts per run and side, authors with 10 followers")
     parser.add_argument("--processes", type=int, default=2, help="worker processes = ceiling connections")
+    parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
     k = args.processes
-    logs = ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-fanout") / "logs"
+    logs = (args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-fanout")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     print(f"worker logs in {logs}", flush=True)
     with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
