@@ -57,6 +57,30 @@ ANALYZE;
 """
 HISTORY = 50  # posts per author already there when a bench starts
 
+# Lookups by key that every post costs the pipeline (worker: posts, processed events, outbox rows; the watcher:
+# timelines). After SEED their generic plans, the ones a process caches, must be index scans.
+KEY_LOOKUPS = (
+    "SELECT fanned_out FROM posts WHERE id = $1",
+    "SELECT 1 FROM processed_events WHERE consumer = 'fanout' AND event_id = $1::uuid",
+    "SELECT payload FROM outbox WHERE id = $1::uuid",
+    "SELECT 1 FROM timelines WHERE user_id = $1 AND post_id = $2",
+)
+
+
+def check_plans(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """RuntimeError unless every KEY_LOOKUPS generic plan is an index scan (plan_cache_mode=force_generic_plan)."""
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        for i, lookup in enumerate(KEY_LOOKUPS):
+            conn.execute(f"PREPARE bench_lookup_{i} AS {lookup}")  # constants above
+            args = ", ".join("NULL" for _ in range(lookup.count("$")))
+            plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN EXECUTE bench_lookup_{i}({args})"))
+            if "Seq Scan" in plan:
+                raise RuntimeError(f"the seeded statistics plan a sequential scan for {lookup!r}:\n{plan}")
+    finally:
+        conn.execute("DEALLOCATE ALL")
+        conn.execute("RESET plan_cache_mode")
+
 
 @dataclass(frozen=True)
 class Source:
@@ -156,6 +180,7 @@ class Resources:
         with psycopg.connect(db_url(template), autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"authors": authors, "fans": authors * per_author,
                                                       "per_author": per_author, "history": HISTORY})
+            check_plans(conn)
         urls = {}
         with admin() as conn:
             for name in names:
