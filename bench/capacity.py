@@ -198,7 +198,10 @@ def markdown(result: Mapping[str, Any]) -> str:
     for kind, k in result["knee"].items():
         out.append(f"- knee, {kind.upper()} writers: {k:,} posts/s")
     for kind, skipped in result["skipped"].items():
-        out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: a lower step did not drain")
+        why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
+        out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
+    if result.get("aborted"):
+        out.append(f"- aborted ({result['aborted']}): the knee counts only the steps above")
     out += ["", f"A step is sustained when the writers reach {knee.ACHIEVED_SHARE:.0%} of the offered rate without "
             f"errors, p99 < {knee.P99_LIMIT_MS:,.0f} ms, every post is visible by the drain deadline, and the backlog "
             f"(posts committed, not yet visible) grows over the second half of the writing phase by at most "
@@ -234,27 +237,33 @@ def main() -> int:
                             "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings()}
     results: list[dict[str, Any]] = []
     skipped: dict[str, list[int]] = {}
+    aborted = ""
     with infra.Resources(uuid.uuid4().hex[:6], out / "logs") as res, infra.admin() as admin:
         urls = res.seeded_databases(kinds, AUTHORS, PER_AUTHOR)
         pipes = [start(res, kind, urls[kind]) for kind in kinds]
         for pipe in pipes:  # warm-up: connections, prepared statements, the first messages
             e2e.run(pipe.url, (infra.AMQP, pipe.prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate=50,
                     seconds=1.0, drain=60.0, writers=1, write=pipe.write(50))
-        for rate in steps:
-            for pipe in pipes:
-                if pipe.kind in skipped:
-                    skipped[pipe.kind].append(rate)
-                    continue
-                print(f"{pipe.kind} writers, {rate:,} posts/s for {seconds:.0f} s", file=sys.stderr, flush=True)
+        for rate, pipe in ((r, p) for r in steps for p in pipes):
+            if pipe.kind in skipped or aborted:
+                skipped.setdefault(pipe.kind, []).append(rate)
+                continue
+            print(f"{pipe.kind} writers, {rate:,} posts/s for {seconds:.0f} s", file=sys.stderr, flush=True)
+            try:
                 s = step(pipe, admin, rate, seconds, drain)
-                results.append(s)
-                print(f"    {line(s)}", file=sys.stderr, flush=True)
-                if s["unfinished"]:
-                    skipped[pipe.kind] = []
+            except Exception as exc:  # Postgres or the broker went away (a shared machine): report what was measured
+                aborted = f"{pipe.kind} writers at {rate:,} posts/s: {exc!r}"
+                print(f"aborted: {aborted}", file=sys.stderr, flush=True)
+                skipped.setdefault(pipe.kind, []).append(rate)
+                continue
+            results.append(s)
+            print(f"    {line(s)}", file=sys.stderr, flush=True)
+            if s["unfinished"]:
+                skipped[pipe.kind] = []
     skipped = {k: v for k, v in skipped.items() if v}
     meta["load_after"] = entry.load_avg()
     knees = {k: knee.knee([s for s in results if s["kind"] == k]) for k in kinds}
-    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees}
+    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted}
     (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "report.md").write_text(markdown(result))
     from bench.lib import plots  # matplotlib is the bench extra: needed only here
@@ -265,7 +274,7 @@ def main() -> int:
         delivered = max((s["delivered"] for s in results if s["kind"] == kind), default=0.0)
         print(f"max delivered, {kind.upper()} writers: {delivered:,.0f} posts/s")
     print(f"results in {out}")
-    return 0
+    return 1 if aborted else 0
 
 
 if __name__ == "__main__":

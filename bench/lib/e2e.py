@@ -210,8 +210,19 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
     threads: list[threading.Thread] = []
     done: threading.Barrier | None = None
 
+    failed: list[BaseException] = []
+
+    def guarded(target: Callable[..., None], *args: object) -> None:
+        try:
+            target(*args)
+        except BaseException as exc:  # a thread that fails ends the run, which raises it (figures would be wrong)
+            failed.append(exc)
+            stop.set()
+            if done is not None:
+                done.abort()
+
     def start(target: Callable[..., None], *args: object) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread = threading.Thread(target=guarded, args=(target, *args), daemon=True)
         threads.append(thread)
         thread.start()
         return thread
@@ -230,7 +241,7 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         wrote = time.monotonic() - started
         pending_at_end = len(book.waiting)
         deadline = time.monotonic() + drain
-        while book.waiting and time.monotonic() < deadline:
+        while book.waiting and time.monotonic() < deadline and not failed:
             time.sleep(0.05)  # waiting for the pipeline to drain, bounded
     finally:
         stop.set()
@@ -238,6 +249,8 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
             done.abort()
         for thread in threads:
             thread.join(10)  # a writer or the watcher sees `stop` within a pacing step or a query
+    if failed:
+        raise RuntimeError(f"a thread of the run failed: {failed[0]!r}") from failed[0]
     with book.lock:
         lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
         unfinished = len(book.committed) - len(lat)
