@@ -179,7 +179,8 @@ def listener(amqp_url: str, prefix: str, book: Book, ready: threading.Event, sto
             conn.process_data_events(time_limit=0.05)
     finally:
         ready.set()
-        conn.close()
+        if conn.is_open:  # else the broker closed it: what closed it is the error to report, not this
+            conn.close()
 
 
 @dataclass(frozen=True)
