@@ -8,10 +8,11 @@ on Ctrl-C) stops the processes it started, deletes the AMQP names and drops the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +26,7 @@ from services.core.topology import Topology
 from services.worker import broker
 from tests.harness import resources
 from tests.harness.infra import Infra
+from tests.harness.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -150,6 +152,11 @@ def queue_depth(prefix: str) -> int:
         conn.close()
 
 
+def _done(action: Callable[[], None]) -> bool:
+    action()
+    return True
+
+
 class Resources:
     """Databases, AMQP prefixes and processes of one bench run."""
 
@@ -163,12 +170,17 @@ class Resources:
         return self
 
     def __exit__(self, *_exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        """Stops the processes, then deletes the AMQP names and drops the databases, each retried for up to a minute
+        (other suites on this machine restart Postgres and RabbitMQ); what still fails is named on stderr."""
         self.stop_all()
-        for prefix in self.prefixes:
-            delete_amqp(prefix)
-        for name in self.databases:
-            with contextlib.suppress(psycopg.Error):
-                drop_database(name)
+        removals: list[tuple[str, Callable[[], None]]] = [
+            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p)) for p in self.prefixes),
+            *((f"database {d}", functools.partial(drop_database, d)) for d in self.databases)]
+        for what, remove in removals:
+            try:
+                eventually(functools.partial(_done, remove), timeout=60, interval=0.5, what=f"removing {what}")
+            except AssertionError as exc:
+                print(f"bench clean-up: could not remove {what}: {exc.__cause__!r}; remove it by hand", file=sys.stderr)
 
     def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
         """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
