@@ -3,8 +3,9 @@
     .venv/bin/python bench/fanout_throughput.py [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
 
 The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
-SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement,
-on K connections, K = --processes = the worker processes (WALFEED_WORKER_CONCURRENCY 1 each unless set).
+SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
+(fewer if needed to keep all K busy), on K connections, K = --processes = the worker processes
+(WALFEED_WORKER_CONCURRENCY 1 each unless set).
 
 Each run measures, for authors with 10 followers (--small-events posts) and with 1,000 followers (--posts posts),
 the workers fanning out N fresh posts and the ceiling writing the rows of N other fresh posts, interleaved (the
@@ -143,8 +144,10 @@ def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post
 
 
 def set_based(conns: list[Conn], posts: list[Post]) -> float:
-    """Seconds for SET_BASED over `posts`, PER_STATEMENT posts a statement, spread over the (open) connections."""
-    chunks = [[p for p, _ in posts[i:i + PER_STATEMENT]] for i in range(0, len(posts), PER_STATEMENT)]
+    """Seconds for SET_BASED over `posts`, spread over the (open) connections: PER_STATEMENT posts a statement, or
+    fewer when there are too few posts to give every connection one (60 posts on 2 connections: 2 x 30)."""
+    size = min(PER_STATEMENT, -(-len(posts) // len(conns)))
+    chunks = [[p for p, _ in posts[i:i + size]] for i in range(0, len(posts), size)]
 
     def one(conn: Conn, mine: list[list[int]]) -> None:
         for ids in mine:
@@ -299,8 +302,8 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
     for followers, label in ((SMALL, "10"), (BIG, "1,000")):
         print(f"median, {label}-follower authors: worker {median(runs[followers], 'worker_rows_per_s'):,.0f} rows/s, "
               f"set-based ceiling {median(runs[followers], 'set_based_rows_per_s'):,.0f} rows/s, ratio "
-              f"{ratio(followers, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, {PER_STATEMENT} "
-              f"posts per statement; {len(runs[followers])} runs)")
+              f"{ratio(followers, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, up to "
+              f"{PER_STATEMENT} posts per statement; {len(runs[followers])} runs)")
     print(f"median, 1,000-follower authors, against the worker's per-post statements of before issue 12 (old "
           f"ceiling): worker {median(runs[BIG], 'worker_rows_per_s'):,.0f} rows/s, per-post statements "
           f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s, ratio {ratio(BIG, 'per_post_rows_per_s'):.2f}")
