@@ -86,20 +86,30 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
     return post_id
 
 
+LATE = 0.5  # seconds after the last post's due time at which writers that fell behind stop
+
+
+def schedule_end(started: float, total: int, rate: float) -> float:
+    return started + send_time(total, rate) + LATE
+
+
 # One writer: (book, authors, rate, total, index, writers, started, stop, done), as `writer` below without its url.
 Write = Callable[[Book, int, float, int, int, int, float, threading.Event, threading.Barrier], None]
 
 
 def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
            started: float, stop: threading.Event, done: threading.Barrier) -> None:
-    """Posts index, index + writers, ... each at its due time (never early; late ones go at once). A post that
-    fails is counted in `book.errors` and not retried. Then waits at `done` for the other writers, connection
-    still open (the barrier's action sees every writer's backend)."""
+    """Posts index, index + writers, ... each at its due time (never early; late ones go at once, until the schedule
+    is over: then the rest is not written). A post that fails is counted in `book.errors` and not retried. Then
+    waits at `done` for the other writers, connection still open (the barrier's action sees every writer's
+    backend)."""
     rng = random.Random(index)
     with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
         for n in range(index, total, writers):
             if stop.is_set():
                 return
+            if time.monotonic() > schedule_end(started, total, rate):
+                break  # writers that fell behind stop with the schedule: a run lasts its seconds
             wait = started + send_time(n, rate) - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # pacing of the load generator

@@ -3,8 +3,9 @@
 A thread per HTTP writer costs the load generator more CPU than the api spends per post, and on a 2-core machine
 dozens of runnable threads take the api's turns on the CPU. Here one loop drives `connections` raw HTTP/1.1
 keep-alive connections, each taking the next due post (the same schedule as bench/lib/e2e.py's SQL writers: never
-early, late ones go at once). The commit time of a post is when its 201 response arrives. A failed request (any
-other status, a closed connection) counts in `book.errors` and its connection is opened again.
+early, late ones go at once, none after the schedule's end). The commit time of a post is when its 201 response
+arrives. A failed request (any other status, a closed connection) counts in `book.errors` and its connection is
+opened again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from bench.lib.e2e import Book
+from bench.lib.e2e import Book, schedule_end
 from bench.lib.infra import token
 from bench.lib.stats import send_time
 
@@ -50,7 +51,7 @@ async def _connection(port: int, book: Book, authors: int, rate: float, total: i
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for n in numbers:  # shared by every connection: each takes the next post
-            if n >= total or stop.is_set():
+            if n >= total or stop.is_set() or time.monotonic() > schedule_end(started, total, rate):
                 return
             wait = started + send_time(n, rate) - time.monotonic()
             if wait > 0:
