@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats  # noqa: E402
 from bench.lib.report import fmt  # noqa: E402
-from bench.run_all import AUTHORS, PER_AUTHOR, last_follower, writers_for  # noqa: E402
+from bench.run_all import AUTHORS, PER_AUTHOR, last_follower  # noqa: E402
 from bench.run_all import process_env as pipeline_env  # noqa: E402
 from tests.harness.processes import free_port  # noqa: E402
 from tests.harness.waiting import eventually  # noqa: E402
@@ -73,6 +73,12 @@ COMPONENTS = ("api", "relay", "workers", "postgres", "rabbitmq", "loadgen")
 def env_for(url: str, prefix: str, slot: str) -> dict[str, str]:
     """The processes' environment: the bench's names, and its defaults for the settings not set in ours."""
     return infra.passthrough({**pipeline_env(url, prefix, slot, infra.SOURCES[0]), **API_DEFAULTS})
+
+
+def sql_writers(rate: int) -> int:
+    """SQL writer threads (connections): each commit waits for its WAL flush, several ms on a busy machine, so one
+    per 100 posts/s offered, at least 2 and at most 32 (run_all's one per 250 could not write 250 posts/s here)."""
+    return max(2, min(32, -(-rate // 100)))
 
 
 def connections(rate: int) -> int:
@@ -100,7 +106,7 @@ class Pipeline:
         return functools.partial(httpload.writer, self.port, connections(rate)) if self.kind == "http" else None
 
     def writers(self, rate: int) -> int:
-        return 1 if self.kind == "http" else writers_for(rate)
+        return 1 if self.kind == "http" else sql_writers(rate)
 
 
 def start(res: infra.Resources, kind: str, url: str) -> Pipeline:
