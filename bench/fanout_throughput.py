@@ -58,10 +58,13 @@ SEEDED = 100  # authors with SMALL followers each
 PER_STATEMENT = 100  # posts per set-based statement
 SET_BASED = """
 INSERT INTO timelines (user_id, post_id, author_id)
-SELECT f.follower_id, p.id, p.author_id FROM posts p JOIN follows f ON f.followee_id = p.author_id
-WHERE p.id = ANY(%(post_ids)s)
-UNION ALL
-SELECT p.author_id, p.id, p.author_id FROM posts p WHERE p.id = ANY(%(post_ids)s)
+SELECT r.user_id, r.post_id, r.author_id FROM (
+    SELECT f.follower_id AS user_id, p.id AS post_id, p.author_id FROM posts p
+    JOIN follows f ON f.followee_id = p.author_id WHERE p.id = ANY(%(post_ids)s)
+    UNION ALL
+    SELECT p.author_id, p.id, p.author_id FROM posts p WHERE p.id = ANY(%(post_ids)s)
+) r
+ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
 """
 
