@@ -1,24 +1,40 @@
-"""Fan-out throughput: `walfeed worker` processes vs the bare SQL ceiling, side by side in one run.
+"""Fan-out throughput: `walfeed worker` processes vs the design-independent ceiling, side by side in one run.
 
-    .venv/bin/python bench/fanout_throughput.py [--runs 3] [--posts 60] [--processes 2]
+    .venv/bin/python bench/fanout_throughput.py [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
 
-- rows/s for posts of authors with 1,000 followers: K worker processes (concurrency 1 each) consuming real
-  post.created messages, vs the same statements (services/worker/sql.py: decision, own row, keyset chunks under the
-  author lock) issued directly on K connections. Ratio worker / ceiling per run, median over runs (target >= 0.8).
-- events/s for authors with 10 followers (per-message overhead), and the workers' peak RSS (VmHWM).
-Uses its own database and AMQP prefix and removes both at the end.
+The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
+SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
+(fewer if needed to keep all K busy), on K connections, K = --processes = the worker processes
+(WALFEED_WORKER_CONCURRENCY 1 each unless set).
+
+Each run measures, for authors with 10 followers (--small-events posts) and with 1,000 followers (--posts posts),
+the workers fanning out N fresh posts and the ceiling writing the rows of N other fresh posts, interleaved (the
+order alternates from run to run). Reported per audience: worker rows/s ÷ ceiling rows/s, median over runs; for
+10-follower authors also events/s. For 1,000-follower authors also, labelled apart, the old ceiling: the worker's
+per-post statements of before issue 12 (LEGACY, frozen here: the baseline of "no worse than today").
+
+Posts are written as the api writes them (services/api/sql.py CREATE_POST: the post and its post.created outbox
+row in one statement); their events are read back from the outbox and published to `{prefix}.events` as the
+relay publishes them (services/cdc_relay/publisher.py EventProperties), on a confirming channel. The workers are
+paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts, so the publisher's
+speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of its last
+follower's row, then a full count, polled every few ms with a deadline. Worker and api settings in this
+process's environment (e.g. WALFEED_WORKER_BATCH_SIZE) reach the workers unchanged. Uses its own database and
+AMQP prefix and removes both at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import datetime as dt
 import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,22 +42,59 @@ from typing import Any
 import pika
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from services.core import events as ev
-from services.core.migrate import apply_schema, ensure_database
-from services.core.topology import Topology
-from services.worker import broker
-from services.worker import sql as q
-from services.worker.fanout import FANOUT_CHUNK_SIZE
+from bench.lib import e2e, entry, infra  # noqa: E402
+from services.cdc_relay.publisher import EventProperties  # noqa: E402
+from services.core import events as ev  # noqa: E402
+from services.core.topology import Topology  # noqa: E402
 
-PG = os.environ.get("WALFEED_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-AMQP = os.environ.get("WALFEED_BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
 Conn = psycopg.Connection[Any]
+Post = tuple[int, int]  # (post id, author id)
+
+SMALL, BIG = 10, 1000  # followers per author: the seeded authors (infra.SEED), and setup()'s
+SEEDED = 100  # authors with SMALL followers each
+PER_STATEMENT = 100  # posts per set-based statement
+SET_BASED = """
+INSERT INTO timelines (user_id, post_id, author_id)
+SELECT r.user_id, r.post_id, r.author_id FROM (
+    SELECT f.follower_id AS user_id, p.id AS post_id, p.author_id FROM posts p
+    JOIN follows f ON f.followee_id = p.author_id WHERE p.id = ANY(%(post_ids)s)
+    UNION ALL
+    SELECT p.author_id, p.id, p.author_id FROM posts p WHERE p.id = ANY(%(post_ids)s)
+) r
+ORDER BY r.user_id, r.post_id
+ON CONFLICT DO NOTHING
+"""
+
+# The worker's per-post statements before issue 12 (services/worker/sql.py at 9950d22), frozen: the old ceiling,
+# kept so that a rewritten worker is still compared with what it replaced ("no worse than today's ratio").
+LEGACY_LOCK = "SELECT pg_advisory_xact_lock_shared(%(author_id)s)"
+LEGACY_DECIDE = "UPDATE posts SET fanned_out = true WHERE id = %(post_id)s AND fanned_out IS NULL RETURNING fanned_out"
+LEGACY_OWN = """
+INSERT INTO timelines (user_id, post_id, author_id)
+SELECT p.author_id, p.id, p.author_id FROM posts p WHERE p.id = %(post_id)s AND p.deleted_at IS NULL
+ON CONFLICT DO NOTHING
+"""
+LEGACY_CHUNK = """
+WITH chunk AS (
+    SELECT f.follower_id FROM follows f WHERE f.followee_id = %(author_id)s AND f.follower_id > %(after)s
+    ORDER BY f.follower_id LIMIT %(limit)s
+), alive AS (
+    SELECT EXISTS (SELECT 1 FROM posts WHERE id = %(post_id)s AND deleted_at IS NULL) AS alive
+), ins AS (
+    INSERT INTO timelines (user_id, post_id, author_id)
+    SELECT c.follower_id, %(post_id)s, %(author_id)s FROM chunk c, alive a WHERE a.alive
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT max(follower_id) FROM chunk), (SELECT count(*) FROM chunk)
+"""
+LEGACY_CHUNK_SIZE = 1000
 
 
 def setup(conn: Conn, authors: int, followers: int) -> list[int]:
-    """`authors` users each followed by the same `followers` users. Returns the author ids."""
+    """`authors` new users each followed by the same `followers` new users. Returns the author ids."""
     base = conn.execute("SELECT coalesce(max(id), 0) FROM users").fetchone()[0]  # type: ignore[index]
     ids = [r[0] for r in conn.execute(
         "INSERT INTO users (handle, token_hash) SELECT 'b' || g, sha256(('b' || g)::bytea) "
@@ -50,62 +103,140 @@ def setup(conn: Conn, authors: int, followers: int) -> list[int]:
     conn.execute("INSERT INTO follows (follower_id, followee_id) SELECT f, a FROM unnest(%s::bigint[]) f, "
                  "unnest(%s::bigint[]) a", (fans, chosen))
     conn.execute("UPDATE users SET follower_count = %s WHERE id = ANY(%s)", (followers, chosen))
-    conn.commit()
     conn.execute("ANALYZE")
     return chosen
 
 
-def new_posts(conn: Conn, authors: list[int], n: int) -> list[tuple[int, int]]:
-    rows = conn.execute("INSERT INTO posts (author_id, body) SELECT a, 'bench' FROM "
-                        "(SELECT (%s::bigint[])[1 + g %% %s] AS a FROM generate_series(1, %s) g) s "
-                        "RETURNING id, author_id", (authors, len(authors), n)).fetchall()
-    conn.commit()
-    return [(r[0], r[1]) for r in rows]
+def new_posts(conn: Conn, authors: list[int], n: int) -> list[Post]:
+    """n posts, round robin over `authors`, each with its outbox row: the api's own statement (e2e.write_post)."""
+    return [(e2e.write_post(conn, authors[i % len(authors)], f"fan-out bench {i}"), authors[i % len(authors)])
+            for i in range(n)]
 
 
-def ceiling_one(url: str, posts: list[tuple[int, int]]) -> None:
-    with psycopg.connect(url) as conn:
-        for post_id, author in posts:
+def outbox_events(conn: Conn, posts: list[Post]) -> list[ev.Event]:
+    """The post.created events of `posts`, as their outbox rows hold them (what the relay would publish)."""
+    rows = conn.execute("SELECT id, type, aggregatetype, aggregateid, created_at, payload FROM outbox "
+                        "WHERE type = 'post.created' AND aggregateid = ANY(%s)", ([str(p) for p, _ in posts],))
+    return [ev.Event(r[0], r[1], r[2], r[3], r[4], ev.validate_payload(r[1], r[5])) for r in rows]
+
+
+def publish(channel: Any, topology: Topology, events: list[ev.Event]) -> None:
+    """As the relay does: routing key = type, persistent, JSON, message id; each confirmed by the broker."""
+    for event in events:
+        channel.basic_publish(topology.events_exchange, event.type, ev.encode(event),
+                              EventProperties(str(event.id), event.type, int(event.occurred_at.timestamp())),
+                              mandatory=True)
+
+
+def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
+    """Polls until every post has all its timeline rows; returns the time (monotonic) of the poll that saw the last
+    one. The probe is the last follower's row (e2e.PROBE), then the count of the posts it found (e2e.COUNT)."""
+    pending, deadline = dict(posts), time.monotonic() + timeout
+    while True:
+        begun = time.monotonic()
+        ids = list(pending)
+        found = [r[0] for r in conn.execute(e2e.PROBE, ([last[pending[p]] for p in ids], ids)).fetchall()]
+        for post_id, count in conn.execute(e2e.COUNT, (found,)).fetchall() if found else []:
+            if count >= rows_per_post:
+                del pending[post_id]
+        if not pending:
+            return begun
+        if begun > deadline:
+            raise TimeoutError(f"{len(pending)} of {len(posts)} posts not fanned out after {timeout:.0f} s")
+        time.sleep(0.005)  # the polling interval of a measurement
+
+
+def set_based(conns: list[Conn], posts: list[Post]) -> float:
+    """Seconds for SET_BASED over `posts`, spread over the (open) connections: PER_STATEMENT posts a statement, or
+    fewer when there are too few posts to give every connection one (60 posts on 2 connections: 2 x 30)."""
+    size = min(PER_STATEMENT, -(-len(posts) // len(conns)))
+    chunks = [[p for p, _ in posts[i:i + size]] for i in range(0, len(posts), size)]
+
+    def one(conn: Conn, mine: list[list[int]]) -> None:
+        for ids in mine:
+            conn.execute(SET_BASED, {"post_ids": ids})
+
+    return _timed(conns, lambda i: one(conns[i], chunks[i::len(conns)]))
+
+
+def per_post(conns: list[Conn], posts: list[Post]) -> float:
+    """Seconds for the LEGACY per-post statements over `posts` on the (open) connections: the old ceiling."""
+    def one(conn: Conn, mine: list[Post]) -> None:
+        for post_id, author in mine:
             with conn.transaction():
-                conn.execute(q.LOCK_AUTHOR_SHARED, {"author_id": author})
-                conn.execute(q.RECORD_DECISION, {"post_id": post_id, "push": True})
-                conn.execute(q.INSERT_OWN, {"post_id": post_id})
+                conn.execute(LEGACY_LOCK, {"author_id": author})
+                conn.execute(LEGACY_DECIDE, {"post_id": post_id})
+                conn.execute(LEGACY_OWN, {"post_id": post_id})
             after = 0
             while True:
                 with conn.transaction():
-                    conn.execute(q.LOCK_AUTHOR_SHARED, {"author_id": author})
-                    row = conn.execute(q.FANOUT_CHUNK, {"author_id": author, "post_id": post_id, "after": after,
-                                                        "limit": FANOUT_CHUNK_SIZE}).fetchone()
+                    conn.execute(LEGACY_LOCK, {"author_id": author})
+                    row = conn.execute(LEGACY_CHUNK, {"author_id": author, "post_id": post_id, "after": after,
+                                                      "limit": LEGACY_CHUNK_SIZE}).fetchone()
                 assert row is not None
-                if row[1] < FANOUT_CHUNK_SIZE:
+                if row[1] < LEGACY_CHUNK_SIZE:
                     break
                 after = row[0]
 
+    return _timed(conns, lambda i: one(conns[i], posts[i::len(conns)]))
 
-def ceiling(url: str, posts: list[tuple[int, int]], k: int) -> float:
+
+def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
+    """Seconds for work(0) .. work(k - 1) on k threads, one per connection (opened before the clock starts)."""
     started = time.perf_counter()
-    with ThreadPoolExecutor(k) as pool:
-        list(pool.map(lambda i: ceiling_one(url, posts[i::k]), range(k)))
+    with ThreadPoolExecutor(len(conns)) as pool:
+        list(pool.map(work, range(len(conns))))
     return time.perf_counter() - started
 
 
-def count(conn: Conn, sql: str) -> int:
-    n = conn.execute(sql).fetchone()[0]  # type: ignore[index]
-    conn.rollback()
-    return int(n)
+class Bench:
+    def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
+                 workers: list[subprocess.Popen[bytes]]) -> None:
+        self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
+        self.last: dict[int, int] = {}
+
+    def authors(self, ids: list[int]) -> list[int]:
+        rows = self.conn.execute("SELECT followee_id, max(follower_id) FROM follows WHERE followee_id = ANY(%s) "
+                                 "GROUP BY followee_id", (ids,)).fetchall()
+        self.last.update({int(a): int(f) for a, f in rows})
+        return ids
+
+    def worker(self, posts: list[Post], rows_per_post: int) -> float:
+        """Seconds the workers take from a queue holding every event of `posts` to the last row."""
+        events = outbox_events(self.conn, posts)
+        assert len(events) == len(posts), "every post has its outbox row"
+        self._signal(signal.SIGSTOP)
+        try:
+            publish(self.channel, self.topology, events)
+        finally:
+            self._signal(signal.SIGCONT)
+        started = time.monotonic()
+        return wait_done(self.conn, posts, self.last, rows_per_post, timeout=300.0) - started
+
+    def _signal(self, sig: int) -> None:
+        for w in self.workers:
+            w.send_signal(sig)
 
 
-def through_worker(conn: Conn, channel: Any, topology: Topology, posts: list[tuple[int, int]]) -> float:
-    """Seconds from the first publish until every post's fan-out is recorded complete."""
-    target = count(conn, "SELECT count(*) FROM processed_events") + len(posts)
-    started = time.perf_counter()
-    for post_id, author in posts:
-        event = ev.Event.new(ev.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
-        channel.basic_publish(topology.events_exchange, event.type, ev.encode(event),
-                              pika.BasicProperties(message_id=str(event.id), delivery_mode=2))
-    while count(conn, "SELECT count(*) FROM processed_events") < target:
-        time.sleep(0.01)  # polling interval of a measurement, not a wait for a fixed time
-    return time.perf_counter() - started
+def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: int, legacy: bool) -> dict[str, float]:
+    """One interleaved measurement for one audience: worker, set-based ceiling (and the old one), order rotated."""
+    rows = followers + 1
+    sides: dict[str, Callable[[], float]] = {
+        "worker": lambda: bench.worker(new_posts(bench.conn, authors, n), rows),
+        "set_based": lambda: set_based(bench.ceiling, new_posts(bench.conn, authors, n)),
+    }
+    if legacy:
+        sides["per_post"] = lambda: per_post(bench.ceiling, new_posts(bench.conn, authors, n))
+    names = list(sides)
+    names = names[order % len(names):] + names[:order % len(names)]
+    seconds = {name: sides[name]() for name in names}
+    out = {f"{name}_rows_per_s": n * rows / s for name, s in seconds.items()}
+    out["events_per_s"] = n / seconds["worker"]
+    return out
+
+
+def median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -116,67 +247,73 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--posts", type=int, default=60, help="posts per run and side (1,000 followers each)")
+    parser.add_argument("--posts", type=int, default=60, help="posts per run and side, authors with 1,000 followers")
+    parser.add_argument("--small-events", type=int, default=1000,
+                        help="posts per run and side, authors with 10 followers")
     parser.add_argument("--processes", type=int, default=2, help="worker processes = ceiling connections")
-    parser.add_argument("--small-events", type=int, default=1000, help="events for authors with 10 followers")
+    parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
-    tag = uuid.uuid4().hex[:8]
-    dbname, prefix = f"walfeed_bench_{tag}", f"wfbench_{tag}"
-    url = psycopg.conninfo.make_conninfo(PG, dbname=dbname)
-    ensure_database(url)
-    apply_schema(url)
-    topology = Topology(prefix)
-    amqp = pika.BlockingConnection(pika.URLParameters(AMQP))
-    channel = amqp.channel()
-    broker.declare(channel, topology)
-    env = {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": AMQP, "WALFEED_AMQP_PREFIX": prefix,
-           "WALFEED_CELEBRITY_THRESHOLD": "100000", "WALFEED_WORKER_CONCURRENCY": "1",
-           "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_LOG_LEVEL": "WARNING"}
-    workers = [subprocess.Popen([sys.executable, "-m", "services.cli", "worker"], env=env,
-                                cwd=Path(__file__).resolve().parents[1]) for _ in range(args.processes)]
-    try:
-        with psycopg.connect(url) as conn:
-            big = setup(conn, authors=10, followers=1000)
-            small = setup(conn, authors=100, followers=10)
-            through_worker(conn, channel, topology, new_posts(conn, big, 4))  # warm-up
-            ratios, worker_rates, ceiling_rates = [], [], []
-            rows_per_post = 1000 + 1
-            for run in range(args.runs):
-                a, b = new_posts(conn, big, args.posts), new_posts(conn, big, args.posts)
-                if run % 2 == 0:
-                    w, c = through_worker(conn, channel, topology, a), ceiling(url, b, args.processes)
-                else:
-                    c, w = ceiling(url, b, args.processes), through_worker(conn, channel, topology, a)
-                wr, cr = args.posts * rows_per_post / w, args.posts * rows_per_post / c
-                worker_rates.append(wr)
-                ceiling_rates.append(cr)
-                ratios.append(wr / cr)
-                print(f"run {run + 1}: worker {wr:,.0f} rows/s, ceiling {cr:,.0f} rows/s, ratio {wr / cr:.2f}")
-            small_posts = new_posts(conn, small, args.small_events)
-            seconds = through_worker(conn, channel, topology, small_posts)
-        print(f"median: worker {statistics.median(worker_rates):,.0f} rows/s, ceiling "
-              f"{statistics.median(ceiling_rates):,.0f} rows/s, ratio {statistics.median(ratios):.2f} "
-              f"({args.processes} processes x 1 thread vs {args.processes} connections, 1,000 followers/author)")
-        print(f"10-follower authors: {args.small_events / seconds:,.0f} events/s "
-              f"({args.small_events} events, {args.processes} processes)")
-        print("peak RSS per worker: " + ", ".join(f"{peak_rss_mb(w.pid):.0f} MB" for w in workers))
-    finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            w.wait(60)
-        for queue in topology.queues():
-            channel.queue_delete(queue)
-        for exchange in topology.exchanges():
-            channel.exchange_delete(exchange)
-        amqp.close()
-        with psycopg.connect(PG, autocommit=True) as admin:
-            admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                psycopg.sql.Identifier(dbname)))
+    k = args.processes
+    logs = (args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-fanout")) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    print(f"worker logs in {logs}", flush=True)
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        url = res.seeded_databases(["fanout"], SEEDED, SMALL)["fanout"]
+        topology = Topology(res.prefix("fanout"))
+        env = infra.passthrough({"WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": infra.AMQP,
+                                 "WALFEED_AMQP_PREFIX": topology.prefix, "WALFEED_CELEBRITY_THRESHOLD": "100000",
+                                 "WALFEED_WORKER_CONCURRENCY": "1", "WALFEED_WORKER_METRICS_PORT": "0",
+                                 "WALFEED_LOG_LEVEL": "WARNING"})
+        workers = [res.start(f"fanout-worker-{i}", ["worker"], env) for i in range(k)]
+        amqp = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
+        try:
+            channel = amqp.channel()
+            channel.confirm_delivery()
+            with contextlib.ExitStack() as stack:
+                conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+                ceiling = [stack.enter_context(psycopg.connect(url, autocommit=True)) for _ in range(k)]
+                bench = Bench(conn, ceiling, channel, topology, workers)
+                small = bench.authors(list(range(1, SEEDED + 1)))
+                big = bench.authors(setup(conn, authors=10, followers=BIG))
+                bench.worker(new_posts(conn, small, 20), SMALL + 1)  # warm-up: connections, prepared statements
+                bench.worker(new_posts(conn, big, 4), BIG + 1)
+                runs: dict[int, list[dict[str, float]]] = {SMALL: [], BIG: []}
+                for r in range(args.runs):
+                    for followers, authors, n in ((SMALL, small, args.small_events), (BIG, big, args.posts)):
+                        runs[followers].append(run_pair(bench, authors, n, followers, r, legacy=followers == BIG))
+                    s, b = runs[SMALL][-1], runs[BIG][-1]
+                    print(f"run {r + 1}: 10 followers: worker {s['worker_rows_per_s']:,.0f} rows/s "
+                          f"({s['events_per_s']:,.0f} events/s), set-based {s['set_based_rows_per_s']:,.0f} rows/s, "
+                          f"ratio {s['worker_rows_per_s'] / s['set_based_rows_per_s']:.3f} | 1,000 followers: worker "
+                          f"{b['worker_rows_per_s']:,.0f} rows/s, set-based {b['set_based_rows_per_s']:,.0f} rows/s, "
+                          f"ratio {b['worker_rows_per_s'] / b['set_based_rows_per_s']:.3f}; per-post statements "
+                          f"{b['per_post_rows_per_s']:,.0f} rows/s, ratio "
+                          f"{b['worker_rows_per_s'] / b['per_post_rows_per_s']:.2f}", flush=True)
+            report(runs, args, k, workers)
+        finally:
+            amqp.close()
     return 0
 
 
+def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k: int,
+           workers: list[subprocess.Popen[bytes]]) -> None:
+    def ratio(followers: int, ceiling: str) -> float:
+        return statistics.median(r["worker_rows_per_s"] / r[ceiling] for r in runs[followers])
+
+    for followers, label in ((SMALL, "10"), (BIG, "1,000")):
+        print(f"median, {label}-follower authors: worker {median(runs[followers], 'worker_rows_per_s'):,.0f} rows/s, "
+              f"set-based ceiling {median(runs[followers], 'set_based_rows_per_s'):,.0f} rows/s, ratio "
+              f"{ratio(followers, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, up to "
+              f"{PER_STATEMENT} posts per statement; {len(runs[followers])} runs)")
+    print(f"median, 1,000-follower authors, against the worker's per-post statements of before issue 12 (old "
+          f"ceiling): worker {median(runs[BIG], 'worker_rows_per_s'):,.0f} rows/s, per-post statements "
+          f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s, ratio {ratio(BIG, 'per_post_rows_per_s'):.2f}")
+    print(f"10-follower authors: {median(runs[SMALL], 'events_per_s'):,.0f} events/s ({args.small_events} events "
+          f"per run, {k} processes; median of {len(runs[SMALL])} runs; issue 12's target >= 4,840)")
+    print("peak RSS per worker: " + ", ".join(f"{peak_rss_mb(w.pid):.0f} MB" for w in workers))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

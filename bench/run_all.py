@@ -8,11 +8,13 @@ relay, worker and API benchmarks against their ceilings, in one command, with a 
    paced writers at 100 and 1,000 posts/s, measuring post commit -> rows in all followers' timelines
    (bench/lib/e2e.py) and the database load of the same phase (bench/lib/dbload.py). Repeated --reps times,
    sources interleaved within each repetition; medians over repetitions.
-2. bench/relay_throughput.py, fanout_throughput.py and api_latency.py as subprocesses (bench/lib/scripts.py),
-   parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k / 10 followers.
+2. bench/relay_throughput.py, fanout_throughput.py, api_latency.py and capacity.py as subprocesses
+   (bench/lib/scripts.py), parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k /
+   10 followers; the capacity knee and the most posts/s delivered, per writer kind (its own report and plot in
+   the capacity/ subfolder).
 3. report.json, report.md, samples.json and PNG plots in the results folder.
 
-Full mode: ~12 minutes on a 2-core machine; --quick: ~3 minutes. Everything it creates is removed at the end,
+Full mode: ~15 minutes on a 2-core machine; --quick: ~5 minutes. Everything it creates is removed at the end,
 also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
 """
 
@@ -22,13 +24,11 @@ import argparse
 import datetime as dt
 import json
 import os
-import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from bench.lib import dbload, e2e, infra, report, scripts, stats  # noqa: E402
+from bench.lib import dbload, e2e, entry, infra, report, scripts, stats  # noqa: E402
 from bench.lib.progress import Progress  # noqa: E402
 
 AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 timeline rows per post (own row)
@@ -106,7 +106,9 @@ NOTES = [
     "backlog; 'to broker' is the source alone.",
     "Database load: pg_stat_database of the bench database (pg_stat_statements needs a server restart) and "
     "/proc CPU of its backends; the source backend is the relay's walsender or the poller's connection. "
-    "Rates phases include the writers, the watcher and the workers, the same for every source.",
+    "Rates phases include the writers, the watcher and the workers, the same for every source. Rows read per "
+    "table: pg_stat_user_tables/_indexes of the same phases (their two snapshots add ~1,350 catalog rows each "
+    "to tup_returned).",
 ]
 
 
@@ -131,6 +133,7 @@ class Bench:
         self.samples: dict[str, dict[str, list[float]]] = {}
         self.series: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.load: dict[str, dict[str, list[dict[str, float]]]] = {}
+        self.tables: dict[str, dict[str, dict[str, dict[str, float]]]] = {}  # source -> phase -> table -> rates
 
     def source_rep(self, source: infra.Source, url: str, prefix: str, slot: str, rep: int) -> None:
         self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: start + warm-up")
@@ -143,7 +146,8 @@ class Bench:
                            drain=60.0, writers=1)
             if warm.unfinished:
                 raise RuntimeError(f"{source.name}: warm-up posts not visible after 60 s; see {self.out}/logs")
-            with infra.admin() as admin:
+            with infra.admin() as admin, psycopg.connect(url, autocommit=True, application_name="walfeed-bench-admin",
+                                                          prepare_threshold=None) as local:
                 if rep == 0:
                     self.progress.start(f"{source.name}: idle {self.mode.idle:.0f}s")
                     settle(url)
@@ -152,10 +156,15 @@ class Bench:
                     self.record_load(source, "idle", admin, dbname, before, relay.pid, cpu)
                 for rate in self.mode.rates:
                     self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: {rate} posts/s")
+                    tables = dbload.scans(local)
                     before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
                     run = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate,
                                   self.mode.seconds, self.mode.drain, writers=writers_for(rate))
                     self.record_load(source, f"{rate}/s", admin, dbname, before, relay.pid, cpu)
+                    if rep == 0:
+                        seconds = time.monotonic() - before.at
+                        self.tables.setdefault(source.name, {})[f"{rate}/s"] = dbload.scan_delta(
+                            tables, dbload.scans(local), seconds, top=3)
                     self.record_run(source, rate, run, first=rep == 0)
         finally:
             self.res.stop(relay)
@@ -189,7 +198,7 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
         runs = []
         for i in range(scripts.runs(name, quick)):
             progress.start(f"{name} benchmark, run {i + 1}")
-            figures = scripts.run(name, quick, out / "logs" / f"{name}_benchmark.log")
+            figures = scripts.run(name, quick, out / "logs" / f"{name}_benchmark.log", out)
             if figures["missing"] or "error" in figures:
                 progress.note(f"{name}: missing {figures['missing']} {figures.get('error', '')}")
             runs.append(figures)
@@ -199,13 +208,9 @@ def run_scripts(quick: bool, out: Path, progress: Progress) -> dict[str, dict[st
     return results
 
 
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
+    parser.add_argument("--quick", action="store_true", help="a ~5-minute smoke version")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>)")
     parser.add_argument("--reps", type=int, help="repetitions of the latency runs (quick 1, full 3)")
     parser.add_argument("--skip-scripts", action="store_true", help="latency and load only")
@@ -215,11 +220,9 @@ def main() -> int:
         mode = Mode(mode.name, mode.rates, mode.seconds, args.reps, mode.idle, mode.drain)
     out = args.out or ROOT / "bench" / "results" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)  # also when started with SIGINT ignored (a background job)
     sources = infra.SOURCES
     progress = Progress(plan(mode, sources, not args.skip_scripts))
-    meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": load_avg(),
+    meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": entry.load_avg(),
                             "reps": mode.reps, "seconds_per_run": mode.seconds, "idle_seconds": mode.idle,
                             "authors": AUTHORS, "followers_per_author": PER_AUTHOR, "workers": WORKERS,
                             "worker_threads": WORKER_THREADS, "writes": "direct SQL, the API's statements"}
@@ -238,13 +241,14 @@ def main() -> int:
     progress.start("report and plots")
     from bench.lib import plots  # matplotlib is the bench extra: needed only here
 
-    meta.update(load_after=load_avg(), duration_s=progress.elapsed())
+    meta.update(load_after=entry.load_avg(), duration_s=progress.elapsed())
     load = {s: {p: stats.medians(v) for p, v in by.items()} for s, by in bench.load.items()}
     result: dict[str, Any] = {
         "meta": meta,
         "e2e": {s: {r: {"runs": runs, "median": stats.medians(runs)} for r, runs in by.items()}
                 for s, by in bench.e2e.items()},
         "load": load,
+        "tables": bench.tables,
         "scripts": ratios,
         "ratios": report.ratio_rows(ratios),
         "notes": [*report.run_notes(bench.e2e, mode.drain), *NOTES],
@@ -262,13 +266,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted: the bench's databases, queues and processes were removed", file=sys.stderr)
-        sys.exit(130)
+    entry.run(main)

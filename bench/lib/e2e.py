@@ -2,7 +2,7 @@
 
 Writers insert each post and its `post.created` outbox row in one transaction with the API's own statements
 (services/api/sql.py, as services/api/store.py runs them), paced to a steady
-rate. A watcher polls `timelines` for the posts not complete yet (`post_id = ANY(pending)`, timelines_post_idx)
+rate. A watcher polls `timelines` for the posts not complete yet that the fan-out has reached (`watcher`)
 every few ms; a post is visible when it has `expected` rows (its followers' plus the author's own). The time of
 visibility is the start of the watcher's query that first saw them (its snapshot), so a latency is exact to
 within one watcher period. The API is not used: its read path merges undecided posts at read time, so a post
@@ -11,6 +11,9 @@ is "visible" through the API at once; the rows in `timelines` are what the relay
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import heapq
 import json
 import random
 import threading
@@ -40,14 +43,24 @@ class Book:
     visible: dict[int, float] = field(default_factory=dict)
     published: dict[int, float] = field(default_factory=dict)  # received from the events exchange
     polls: int = 0
+    probes: int = 0  # primary-key probes the watcher made (its cost on Postgres)
+    errors: int = 0  # writes that failed
     poll_seconds: float = 0.0
+    waiting: dict[int, None] = field(default_factory=dict)  # committed, not visible yet: the backlog
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def pending(self, limit: int) -> list[int]:
+    def commit(self, post_id: int, author: int, at: float) -> None:
         with self.lock:
-            ids = [p for p in self.committed if p not in self.visible]
-        ids.sort()
-        return ids[:limit]
+            self.committed[post_id] = at
+            self.authors[post_id] = author
+            self.waiting[post_id] = None
+
+    def pending(self, limit: int, upto: int | None = None) -> list[int]:
+        """The `limit` smallest ids committed and not visible yet, of those at or below `upto` if given. Costs the
+        backlog, not every post of the run: at 4,000 posts/s a run holds 100,000s of posts."""
+        with self.lock:
+            ids = list(self.waiting) if upto is None else [p for p in self.waiting if p <= upto]
+        return heapq.nsmallest(limit, ids)
 
 
 # The API's own statements: one CREATE_POST (post + outbox row in one statement) where the API has it, else its
@@ -73,23 +86,43 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
     return post_id
 
 
+LATE = 0.5  # seconds after the last post's due time at which writers that fell behind stop
+
+
+def schedule_end(started: float, total: int, rate: float) -> float:
+    return started + send_time(total, rate) + LATE
+
+
+# One writer: (book, authors, rate, total, index, writers, started, stop, done), as `writer` below without its url.
+Write = Callable[[Book, int, float, int, int, int, float, threading.Event, threading.Barrier], None]
+
+
 def writer(url: str, book: Book, authors: int, rate: float, total: int, index: int, writers: int,
-           started: float, stop: threading.Event) -> None:
-    """Posts index, index + writers, ... each at its due time (never early; late ones go at once)."""
+           started: float, stop: threading.Event, done: threading.Barrier) -> None:
+    """Posts index, index + writers, ... each at its due time (never early; late ones go at once, until the schedule
+    is over: then the rest is not written). A post that fails is counted in `book.errors` and not retried. Then
+    waits at `done` for the other writers, connection still open (the barrier's action sees every writer's
+    backend)."""
     rng = random.Random(index)
     with psycopg.connect(url, autocommit=True, application_name="walfeed-bench") as conn:
         for n in range(index, total, writers):
             if stop.is_set():
                 return
+            if time.monotonic() > schedule_end(started, total, rate):
+                break  # writers that fell behind stop with the schedule: a run lasts its seconds
             wait = started + send_time(n, rate) - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # pacing of the load generator
             author = rng.randint(1, authors)
-            post_id = write_post(conn, author, f"bench post {n}")
-            now = time.monotonic()
-            with book.lock:
-                book.committed[post_id] = now
-                book.authors[post_id] = author
+            try:
+                post_id = write_post(conn, author, f"bench post {n}")
+            except psycopg.Error:  # a failed write is a figure of the run (errors), not the end of this writer
+                with book.lock:
+                    book.errors += 1
+                continue
+            book.commit(post_id, author, time.monotonic())
+        with contextlib.suppress(threading.BrokenBarrierError):
+            done.wait(60)
 
 
 PROBE = """
@@ -97,26 +130,40 @@ SELECT t.post_id FROM unnest(%s::bigint[], %s::bigint[]) AS k(user_id, post_id)
 JOIN timelines t ON t.user_id = k.user_id AND t.post_id = k.post_id
 """
 COUNT = "SELECT post_id, count(*) FROM timelines WHERE post_id = ANY(%s) GROUP BY post_id"
+FRONTIER = "SELECT max(post_id) FROM timelines"
 
 
 def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int], period: float,
             stop: threading.Event) -> None:
-    """Two steps per poll, to keep its own load on Postgres small: a primary-key probe of one follower's row per
-    pending post (the follower fanned out last), then a full count only for the posts that probe found."""
-    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher") as conn:
+    """Three steps per poll, to keep its own load on Postgres small whatever the backlog:
+
+    1. the fan-out frontier, `max(post_id)` of timelines (one entry of timelines_post_idx, read backwards): a post
+       above it has no row at all yet, so only pending posts at or below it are candidates. With a backlog of
+       thousands, the candidates are the posts in flight in the workers, not the whole backlog;
+    2. a primary-key probe of one follower's row per candidate (the follower fanned out last);
+    3. a full count only for the posts that probe found.
+
+    Never a prepared statement (prepare_threshold=None): each poll is planned for the table as it is then. A generic
+    plan cached while `timelines` was small is a sequential scan, kept however large the table grows (without
+    autovacuum nothing invalidates it)."""
+    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher",
+                         prepare_threshold=None) as conn:
         while not stop.is_set():
-            ids = book.pending(WATCH_BATCH)
             begun = time.monotonic()
-            if ids:
+            if book.waiting:
+                row = conn.execute(FRONTIER).fetchone()
+                candidates = book.pending(WATCH_BATCH, upto=row[0] if row and row[0] is not None else 0)
                 with book.lock:
-                    users = [probe_user(book.authors[p]) for p in ids]
-                found = [r[0] for r in conn.execute(PROBE, (users, ids)).fetchall()]
+                    users = [probe_user(book.authors[p]) for p in candidates]
+                found = [r[0] for r in conn.execute(PROBE, (users, candidates)).fetchall()] if candidates else []
                 rows = conn.execute(COUNT, (found,)).fetchall() if found else []
                 with book.lock:
                     for post_id, count in rows:
                         if count >= expected and post_id not in book.visible:
                             book.visible[post_id] = begun
+                            book.waiting.pop(post_id, None)
                     book.polls += 1
+                    book.probes += len(candidates)
                     book.poll_seconds += time.monotonic() - begun
             spent = time.monotonic() - begun
             time.sleep(max(period - spent, 2 * spent))  # the watcher's period; at most a third of a backend
@@ -142,7 +189,8 @@ def listener(amqp_url: str, prefix: str, book: Book, ready: threading.Event, sto
             conn.process_data_events(time_limit=0.05)
     finally:
         ready.set()
-        conn.close()
+        if conn.is_open:  # else the broker closed it: what closed it is the error to report, not this
+            conn.close()
 
 
 @dataclass(frozen=True)
@@ -155,17 +203,37 @@ class Run:
     commit_times: list[float]  # seconds from the start
     visible_times: list[float]
     watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
+    watcher_probes_per_s: float = 0.0  # its primary-key probes of timelines (its own load on Postgres)
+    pending_at_end: int = 0  # committed and not visible when the last writer finished
+    errors: int = 0  # writes that failed
+    wrote_seconds: float = 0.0  # from the first due post to the last writer's end
 
 
 def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
-        rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005) -> Run:
-    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. However it ends
-    (Ctrl-C too), every thread is stopped and joined before this returns: the databases are dropped after it."""
+        rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005,
+        write: Write | None = None, at_end: Callable[[], None] | None = None) -> Run:
+    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. `writers` threads run
+    `write` (default `writer`: the API's statements over SQL); `at_end` is called once every writer
+    is done, before they close their connections and before the drain. However it ends (Ctrl-C too), every
+    thread is stopped and joined before this returns: the databases are dropped after it."""
+    write = write or functools.partial(writer, url)
     book, stop, ready = Book(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
+    done: threading.Barrier | None = None
+
+    failed: list[BaseException] = []
+
+    def guarded(target: Callable[..., None], *args: object) -> None:
+        try:
+            target(*args)
+        except BaseException as exc:  # a thread that fails ends the run, which raises it (figures would be wrong)
+            failed.append(exc)
+            stop.set()
+            if done is not None:
+                done.abort()
 
     def start(target: Callable[..., None], *args: object) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread = threading.Thread(target=guarded, args=(target, *args), daemon=True)
         threads.append(thread)
         thread.start()
         return thread
@@ -176,17 +244,24 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         total = max(1, due(seconds, rate, 10**9) - 1)
         start(watcher, url, book, expected, probe_user, watch_period, stop)
         started = time.monotonic() + 0.2
-        writing = [start(writer, url, book, authors, rate, total, i, writers, started, stop) for i in range(writers)]
+        done = threading.Barrier(writers, action=at_end)
+        writing = [start(write, book, authors, rate, total, i, writers, started, stop, done)
+                   for i in range(writers)]
         for thread in writing:
             thread.join()
         wrote = time.monotonic() - started
+        pending_at_end = len(book.waiting)
         deadline = time.monotonic() + drain
-        while book.pending(1) and time.monotonic() < deadline:
+        while book.waiting and time.monotonic() < deadline and not failed:
             time.sleep(0.05)  # waiting for the pipeline to drain, bounded
     finally:
         stop.set()
+        if done is not None:
+            done.abort()
         for thread in threads:
             thread.join(10)  # a writer or the watcher sees `stop` within a pacing step or a query
+    if failed:
+        raise RuntimeError(f"a thread of the run failed: {failed[0]!r}") from failed[0]
     with book.lock:
         lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
         unfinished = len(book.committed) - len(lat)
@@ -195,4 +270,6 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         visibles = sorted(t - started for t in book.visible.values())
         watched = time.monotonic() - started
         period = (watched * 1000 / book.polls) if book.polls else float("nan")
-    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period)
+        probes = book.probes / watched
+    return Run(rate, len(book.committed) / wrote, lat, to_broker, unfinished, commits, visibles, period, probes,
+               pending_at_end, book.errors, wrote)

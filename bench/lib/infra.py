@@ -8,10 +8,11 @@ on Ctrl-C) stops the processes it started, deletes the AMQP names and drops the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +26,7 @@ from services.core.topology import Topology
 from services.worker import broker
 from tests.harness import resources
 from tests.harness.infra import Infra
+from tests.harness.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -41,8 +43,45 @@ UPDATE users u SET follower_count = c.n FROM (
     SELECT followee_id, count(*) AS n FROM follows GROUP BY followee_id) c WHERE c.followee_id = u.id;
 UPDATE users u SET following_count = c.n FROM (
     SELECT follower_id, count(*) AS n FROM follows GROUP BY follower_id) c WHERE c.follower_id = u.id;
+-- A history (HISTORY posts per author, fanned out, their events published and processed), so that ANALYZE sees
+-- tables in use: statistics of empty tables make every generic plan a sequential scan, and a process that cached
+-- one keeps it as the table grows (this server runs without autovacuum: nothing re-analyzes them).
+INSERT INTO posts (author_id, body, fanned_out)
+SELECT a, 'history ' || h, true FROM generate_series(1, %(history)s) h, generate_series(1, %(authors)s) a;
+INSERT INTO timelines (user_id, post_id, author_id)
+SELECT p.author_id, p.id, p.author_id FROM posts p
+UNION ALL SELECT f.follower_id, p.id, p.author_id FROM posts p JOIN follows f ON f.followee_id = p.author_id;
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, published_at)
+SELECT gen_random_uuid(), 'post', p.id::text, 'post.created',
+       jsonb_build_object('post_id', p.id, 'author_id', p.author_id), now() FROM posts p;
+INSERT INTO processed_events (consumer, event_id) SELECT 'fanout', id FROM outbox;
 ANALYZE;
 """
+HISTORY = 50  # posts per author already there when a bench starts
+
+# Lookups by key that every post costs the pipeline (worker: posts, processed events, outbox rows; the watcher:
+# timelines). After SEED their generic plans, the ones a process caches, must be index scans.
+KEY_LOOKUPS = (
+    "SELECT fanned_out FROM posts WHERE id = $1",
+    "SELECT 1 FROM processed_events WHERE consumer = 'fanout' AND event_id = $1::uuid",
+    "SELECT payload FROM outbox WHERE id = $1::uuid",
+    "SELECT 1 FROM timelines WHERE user_id = $1 AND post_id = $2",
+)
+
+
+def check_plans(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """RuntimeError unless every KEY_LOOKUPS generic plan is an index scan (plan_cache_mode=force_generic_plan)."""
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        for i, lookup in enumerate(KEY_LOOKUPS):
+            conn.execute(f"PREPARE bench_lookup_{i} AS {lookup}")  # constants above
+            args = ", ".join("NULL" for _ in range(lookup.count("$")))
+            plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN EXECUTE bench_lookup_{i}({args})"))
+            if "Seq Scan" in plan:
+                raise RuntimeError(f"the seeded statistics plan a sequential scan for {lookup!r}:\n{plan}")
+    finally:
+        conn.execute("DEALLOCATE ALL")
+        conn.execute("RESET plan_cache_mode")
 
 
 @dataclass(frozen=True)
@@ -92,6 +131,32 @@ def declare_amqp(prefix: str) -> None:
         conn.close()
 
 
+def passthrough(env: Mapping[str, str]) -> dict[str, str]:
+    """A bench's settings for its processes, less the process settings (WALFEED_WORKER_*, WALFEED_API_*) set in the
+    bench's own environment: those reach the processes unchanged (Resources.start starts from os.environ), so whoever
+    runs a bench can set e.g. WALFEED_WORKER_BATCH_SIZE."""
+    return {k: v for k, v in env.items() if not (k.startswith(("WALFEED_WORKER_", "WALFEED_API_")) and k in os.environ)}
+
+
+def token(user_id: int) -> str:
+    """The bearer token of a seeded user: SEED stores sha256('bench' || g) for the g-th user, whose id is g."""
+    return f"bench{user_id}"
+
+
+def queue_depth(prefix: str) -> int:
+    """Messages ready in the fan-out queue now (not counting those delivered to a worker and not acked yet)."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    try:
+        return int(conn.channel().queue_declare(Topology(prefix).fanout_queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
+def _done(action: Callable[[], None]) -> bool:
+    action()
+    return True
+
+
 class Resources:
     """Databases, AMQP prefixes and processes of one bench run."""
 
@@ -105,12 +170,17 @@ class Resources:
         return self
 
     def __exit__(self, *_exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        """Stops the processes, then deletes the AMQP names and drops the databases, each retried for up to a minute
+        (other suites on this machine restart Postgres and RabbitMQ); what still fails is named on stderr."""
         self.stop_all()
-        for prefix in self.prefixes:
-            delete_amqp(prefix)
-        for name in self.databases:
-            with contextlib.suppress(psycopg.Error):
-                drop_database(name)
+        removals: list[tuple[str, Callable[[], None]]] = [
+            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p)) for p in self.prefixes),
+            *((f"database {d}", functools.partial(drop_database, d)) for d in self.databases)]
+        for what, remove in removals:
+            try:
+                eventually(functools.partial(_done, remove), timeout=60, interval=0.5, what=f"removing {what}")
+            except AssertionError as exc:
+                print(f"bench clean-up: could not remove {what}: {exc.__cause__!r}; remove it by hand", file=sys.stderr)
 
     def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
         """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
@@ -121,7 +191,8 @@ class Resources:
         apply_schema(db_url(template))
         with psycopg.connect(db_url(template), autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"authors": authors, "fans": authors * per_author,
-                                                      "per_author": per_author})
+                                                      "per_author": per_author, "history": HISTORY})
+            check_plans(conn)
         urls = {}
         with admin() as conn:
             for name in names:

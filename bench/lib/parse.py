@@ -1,4 +1,5 @@
-"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py and api_latency.py.
+"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py, api_latency.py and
+capacity.py.
 
 Those scripts print for people and have no JSON output yet; these parsers look for the summary lines by their
 words, not by position, accept thousands separators and extra spaces, and report which figure they could not find
@@ -43,11 +44,17 @@ RELAY = {
     "lag_p99_ms": r"lag commit -> consumer.*?p99\s+" + NUM + r"\s*ms",
 }
 
-FANOUT = {
-    "ratio": r"^median:.*ratio\s+" + NUM,
-    "worker_rows_per_s": r"^median:\s*worker\s+" + NUM,
-    "ceiling_rows_per_s": r"^median:.*ceiling\s+" + NUM,
-    "small_events_per_s": r"10-follower authors:\s*" + NUM,
+SMALL, BIG, OLD = r"^median, 10-follower authors:", r"^median, 1,000-follower authors:", r"^median, 1,000-follower.*old"
+FANOUT = {  # worker ÷ the set-based ceiling per audience; worker ÷ the per-post statements (old ceiling), 1,000
+    "ratio_small": SMALL + r".*ratio\s+" + NUM,
+    "worker_small_rows_per_s": SMALL + r"\s*worker\s+" + NUM,
+    "ceiling_small_rows_per_s": SMALL + r".*set-based ceiling\s+" + NUM,
+    "ratio_big": BIG + r".*ratio\s+" + NUM,
+    "worker_big_rows_per_s": BIG + r"\s*worker\s+" + NUM,
+    "ceiling_big_rows_per_s": BIG + r".*set-based ceiling\s+" + NUM,
+    "ratio_big_per_post": OLD + r".*ratio\s+" + NUM,
+    "per_post_rows_per_s": OLD + r".*per-post statements\s+" + NUM,
+    "small_events_per_s": r"^10-follower authors:\s*" + NUM,
 }
 
 API = {
@@ -63,6 +70,14 @@ API = {
 }
 
 
+CAPACITY = {
+    "knee_sql_posts_per_s": r"knee, SQL writers:\s*" + NUM,
+    "knee_http_posts_per_s": r"knee, HTTP writers:\s*" + NUM,
+    "max_delivered_sql_posts_per_s": r"^max delivered, SQL writers:\s*" + NUM,
+    "max_delivered_http_posts_per_s": r"^max delivered, HTTP writers:\s*" + NUM,
+}
+
+
 def relay(text: str) -> dict[str, Any]:
     return _find(RELAY, text)
 
@@ -75,4 +90,8 @@ def api(text: str) -> dict[str, Any]:
     return _find(API, text)
 
 
-PARSERS = {"relay": relay, "fanout": fanout, "api": api}
+def capacity(text: str) -> dict[str, Any]:
+    return _find(CAPACITY, text)
+
+
+PARSERS = {"relay": relay, "fanout": fanout, "api": api, "capacity": capacity}

@@ -79,3 +79,40 @@ def idle_load(load: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+KIND_COLORS = {"sql": "tab:blue", "http": "tab:green"}
+
+
+def capacity(steps: Sequence[Mapping[str, Any]], knees: Mapping[str, int], path: Path) -> None:
+    """bench/capacity.py: offered vs achieved and delivered rate, and p99 against the offered rate, per writer kind."""
+    fig, (rates, p99) = plt.subplots(1, 2, figsize=(13, 4.8))
+    offered_all = sorted({s["offered"] for s in steps}) or [1]
+    rates.plot(offered_all, offered_all, color="grey", linewidth=0.7, linestyle=":", label="= offered")
+    for kind in dict.fromkeys(s["kind"] for s in steps):
+        mine = sorted((s for s in steps if s["kind"] == kind), key=lambda s: s["offered"])
+        offered = [s["offered"] for s in mine]
+        color = KIND_COLORS.get(kind)
+        rates.plot(offered, [s["achieved"] for s in mine], marker="o", linestyle="--", color=color,
+                   label=f"{kind}: written")
+        rates.plot(offered, [s["delivered"] for s in mine], marker="s", color=color, label=f"{kind}: delivered")
+        p99.plot(offered, [s["p99"] for s in mine], marker="o", color=color,
+                 label=f"{kind} (knee {knees.get(kind, 0):,}/s)")
+    rates.set_xlabel("offered posts/s")
+    rates.set_ylabel("posts/s")
+    rates.set_title("written (commits) and delivered (visible in all timelines) per second")
+    p99.axhline(1000, color="grey", linewidth=0.7, linestyle=":")
+    p99.set_yscale("log")
+    p99.set_xlabel("offered posts/s")
+    p99.set_ylabel("commit -> visible p99 (ms, log)")
+    p99.set_title("p99 (the knee needs < 1 s and a backlog that does not grow)")
+    rates.set_yscale("log")
+    for ax in (rates, p99):
+        ax.set_xscale("log")
+        ax.set_xticks(offered_all, [f"{x:,}" for x in offered_all])
+        ax.minorticks_off()
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,4 +1,4 @@
-"""The three existing benchmark scripts, run as subprocesses with their own (smaller) flags, parsed.
+"""The benchmark scripts, run as subprocesses with their own (smaller) flags, parsed.
 
 They clean up their own database and AMQP names in `finally` blocks. Each runs in a session of its own, so that a
 signal reaches it only through `run`: when run_all is interrupted (Ctrl-C, or SIGTERM to run_all alone), the running
@@ -26,15 +26,21 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
                ["--runs", "5", "--posts", "40", "--small-events", "500"], 1, 1),
     "api": ("api_latency.py", ["--requests", "80", "--rounds", "3", "--seconds", "2", "--pairs", "1"],
             ["--requests", "200", "--rounds", "5", "--seconds", "3", "--pairs", "3"], 1, 2),
+    "capacity": ("capacity.py", ["--quick", "--steps", "250,1000", "--seconds", "3", "--drain", "10"],
+                 ["--steps", "250,500,1000,2000", "--seconds", "8", "--drain", "20"], 1, 1),
 }
-ESTIMATE = {"relay": (25.0, 80.0), "fanout": (12.0, 30.0), "api": (30.0, 60.0)}  # seconds per run: quick, full
+# seconds per run: quick, full
+ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
+TIMEOUTS = {"capacity": (240.0, 480.0)}  # scripts that take longer than TIMEOUT
+OUT = {"capacity", "fanout"}  # scripts that write a results folder of their own (--out): a subfolder of run_all's
 CLEANUP = 60.0  # seconds a script may take to clean up after its SIGINT: then SIGKILL
 
 
-def command(name: str, quick: bool) -> list[str]:
+def command(name: str, quick: bool, out: Path | None = None) -> list[str]:
     file, quick_flags, full_flags, _, _ = PLAN[name]
-    return [sys.executable, str(ROOT / "bench" / file), *(quick_flags if quick else full_flags)]
+    extra = ["--out", str(out / name)] if out is not None and name in OUT else []
+    return [sys.executable, str(ROOT / "bench" / file), *(quick_flags if quick else full_flags), *extra]
 
 
 def runs(name: str, quick: bool) -> int:
@@ -52,26 +58,28 @@ def _interrupt(proc: subprocess.Popen[str]) -> str:
     return str(out)
 
 
-def run(name: str, quick: bool, log: Path) -> dict[str, Any]:
-    """One run: the parsed figures, plus `error` when the script failed."""
-    proc = subprocess.Popen(command(name, quick), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+def run(name: str, quick: bool, log: Path, out: Path | None = None) -> dict[str, Any]:
+    """One run: the parsed figures, plus `error` when the script failed. A script in OUT writes its own results to
+    `out`/<name>."""
+    cmd = command(name, quick, out)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    timeout = TIMEOUT[0 if quick else 1]
-    out, timed_out = "", False
+    timeout = TIMEOUTS.get(name, TIMEOUT)[0 if quick else 1]
+    text, timed_out = "", False
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        text, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        out = _interrupt(proc)
+        text = _interrupt(proc)
     except KeyboardInterrupt:
-        out = _interrupt(proc)
+        text = _interrupt(proc)
         raise
     finally:
         with open(log, "a") as f:  # also what an interrupted script printed
-            f.write(f"$ {' '.join(command(name, quick))}\n{out}\n")
-    figures = parse.PARSERS[name](out)
+            f.write(f"$ {' '.join(cmd)}\n{text}\n")
+    figures = parse.PARSERS[name](text)
     if timed_out:
         figures["error"] = f"timed out after {timeout:.0f} s (stopped with SIGINT)"
     elif proc.returncode != 0:
-        figures["error"] = f"exit {proc.returncode}: {out.strip().splitlines()[-1] if out.strip() else ''}"
+        figures["error"] = f"exit {proc.returncode}: {text.strip().splitlines()[-1] if text.strip() else ''}"
     return figures

@@ -15,9 +15,14 @@ RELAY_OUT = """machine: nproc=2 (shared with other work), load average 3.90 3.60
 ratio relay/ceiling: median of per-pair ratios 0.57 (min 0.52, max 0.61; target >= 0.8)
 lag commit -> consumer at 1000 ev/s for 4s: p50 8.2 ms, p99 75.3 ms, missing 0
 """
-FANOUT_OUT = """run 1: worker 48,090 rows/s, ceiling 67,195 rows/s, ratio 0.72
-median: worker 40,804 rows/s, ceiling 58,303 rows/s, ratio 0.70 (2 processes x 1 thread vs 2 connections)
-10-follower authors: 151 events/s (300 events, 2 processes)
+FANOUT_OUT = """run 1: 10 followers: worker 4,418 rows/s (402 events/s), set-based 115,578 rows/s, ratio 0.038 | 1,000 \
+followers: worker 86,313 rows/s, set-based 153,630 rows/s, ratio 0.562; per-post statements 102,746 rows/s, ratio 0.84
+median, 10-follower authors: worker 3,383 rows/s, set-based ceiling 115,578 rows/s, ratio 0.032 (2 processes vs 2 \
+connections, 100 posts per statement; 3 runs)
+median, 1,000-follower authors: worker 86,313 rows/s, set-based ceiling 153,630 rows/s, ratio 0.556 (2 processes)
+median, 1,000-follower authors, against the worker's per-post statements of before issue 12 (old ceiling): worker \
+86,313 rows/s, per-post statements 102,746 rows/s, ratio 0.71
+10-follower authors: 308 events/s (200 events per run, 2 processes; median of 3 runs; issue 12's target >= 4,840)
 """
 API_OUT = """setup: big has 100000 followers, small 10
 POST /v1/posts, 10 followers:      p50  12.36 ms  p99  57.84 ms
@@ -39,8 +44,10 @@ def test_relay_summary() -> None:
 
 def test_fanout_and_api_summaries() -> None:
     f = parse.fanout(FANOUT_OUT)
-    assert f == {"ratio": 0.70, "worker_rows_per_s": 40804.0, "ceiling_rows_per_s": 58303.0,
-                 "small_events_per_s": 151.0, "missing": []}
+    assert f == {"ratio_small": 0.032, "worker_small_rows_per_s": 3383.0, "ceiling_small_rows_per_s": 115578.0,
+                 "ratio_big": 0.556, "worker_big_rows_per_s": 86313.0, "ceiling_big_rows_per_s": 153630.0,
+                 "ratio_big_per_post": 0.71, "per_post_rows_per_s": 102746.0, "small_events_per_s": 308.0,
+                 "missing": []}
     a = parse.api(API_OUT)
     assert a["missing"] == []
     assert a["p99_ratio_big_small"] == 1.47
@@ -65,6 +72,35 @@ def test_api_summary_with_interleaved_pairs() -> None:
     assert a["p99_ratio_big_small"] == 1.10
 
 
+CAPACITY_OUT = """| sql | 250 | 249 | 248 | 12.8 | 105.7 | 1 | -2 | 0 | 0 | n/a | 0.09 | 0.33 | sustained |
+- knee, SQL writers: 1,000 posts/s
+- knee, HTTP writers: 0 posts/s
+- http: steps 2000 not run: a lower step did not drain
+max delivered, SQL writers: 1,012 posts/s
+max delivered, HTTP writers: 204 posts/s
+"""
+
+
+def test_fanout_rows_put_both_ceilings_side_by_side() -> None:
+    f = parse.fanout(FANOUT_OUT)
+    rows = {r["name"]: r for r in report.ratio_rows({"fanout": {"runs": [f], "median": report.script_medians([f])}})}
+    assert rows["fan-out ÷ set-based SQL, 10 followers"]["ratio"] == 0.032
+    assert rows["fan-out ÷ set-based SQL, 1,000 followers"]["ceiling"] == 153630.0
+    old = rows["fan-out ÷ per-post statements (old ceiling), 1,000 followers"]
+    assert (old["value"], old["ceiling"], old["ratio"]) == (86313.0, 102746.0, 0.71)
+
+
+def test_capacity_summary_and_its_report_section() -> None:
+    c = parse.capacity(CAPACITY_OUT)
+    assert c == {"knee_sql_posts_per_s": 1000.0, "knee_http_posts_per_s": 0.0, "max_delivered_sql_posts_per_s": 1012.0,
+                 "max_delivered_http_posts_per_s": 204.0, "missing": []}
+    scripts = {"capacity": {"runs": [c], "median": report.script_medians([c])}}
+    md = report.markdown({"scripts": scripts, "ratios": report.ratio_rows(scripts)})
+    assert "| SQL writers (the API's statements) | 1,000 | 1,012 |" in md
+    assert "| HTTP writers (walfeed api) | 0 | 204 |" in md
+    assert "## Capacity" not in report.markdown({"scripts": {}})  # not run: no section
+
+
 def test_a_changed_or_failed_output_names_what_is_missing() -> None:
     f = parse.relay("Traceback (most recent call last):\n  ...\nConnectionError\n")
     assert set(f["missing"]) == set(parse.RELAY)
@@ -79,7 +115,7 @@ def test_ratio_rows_take_medians_of_runs() -> None:
     assert rows["API posts ÷ pgbench"]["ratio"] == 0.08
     assert rows["API posts ÷ pgbench"]["runs"] == 2
     assert rows["relay ÷ bare publisher"]["ceiling"] == 6747.0
-    assert math.isnan(rows["fan-out ÷ bare SQL"]["ratio"])  # not run: shown as n/a, not as a number
+    assert math.isnan(rows["fan-out ÷ set-based SQL, 10 followers"]["ratio"])  # not run: n/a, not a number
 
 
 def test_markdown_has_every_table() -> None:
@@ -92,8 +128,11 @@ def test_markdown_has_every_table() -> None:
         "ratios": report.ratio_rows({}),
         "notes": ["cdc at 1000 posts/s: the writers sustained only 417/s"],
     }
+    rep["tables"] = {"cdc": {"1000/s": {"posts": {"seq_tup_read": 3_792_663.0, "idx_tup_read": 1.0},
+                                        "timelines": {"seq_tup_read": 0.0, "idx_tup_read": 3_927.0}}}}
     md = report.markdown(rep)
     assert "| cdc | 100 | 100.0 | 7.5 | 29.8 | 55.0 | 78.5 | 0 | 2.0 | 9.0 | 1 |" in md
+    assert "| cdc | 1000/s | posts 3,792,663 + 1; timelines 0 + 3,927 |" in md
     assert "| poll-100ms | idle | 10.6 | n/a | n/a | n/a | 0.37 | n/a | n/a |" in md
     assert "| relay ÷ bare publisher | n/a events/s | n/a events/s | n/a | >= 0.8 | 0 |" in md
     assert "- cdc at 1000 posts/s: the writers sustained only 417/s" in md
@@ -127,3 +166,13 @@ def test_run_notes_name_unreached_rates_and_invisible_posts() -> None:
         "cdc at 1000 posts/s: the writers sustained 918, 1,000 posts/s in the 2 run(s)",
         "cdc at 1000 posts/s: 0, 5 posts not in all timelines 40 s after the last commit (left out of the percentiles)",
     ]
+
+
+def test_scan_delta_ranks_tables_by_rows_read_per_second() -> None:
+    before = {"posts": {"seq_tup_read": 100, "idx_tup_read": 0}, "users": {"seq_tup_read": 0, "idx_tup_read": 10}}
+    after = {"posts": {"seq_tup_read": 2100, "idx_tup_read": 0}, "users": {"seq_tup_read": 0, "idx_tup_read": 30},
+             "timelines": {"seq_tup_read": 0, "idx_tup_read": 400}}  # new since `before`: counts from zero
+    d = dbload.scan_delta(before, after, seconds=2.0, top=2)
+    assert list(d) == ["posts", "timelines"]
+    assert d["posts"]["seq_tup_read"] == 1000.0
+    assert d["timelines"]["idx_tup_read"] == 200.0

@@ -1,0 +1,288 @@
+"""Capacity: offered load in steps through the real pipeline, up to the knee (issue 12).
+
+    .venv/bin/python bench/capacity.py [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
+                                       [--kinds sql,http] [--quick] [--out DIR]
+
+Two pipelines run side by side, each on its own database (seeded: 100 authors with 10 followers each, and a
+history), AMQP prefix and slot, with the real processes: `walfeed relay` and 2 `walfeed worker`s each, and for
+the HTTP kind also `walfeed api`. Writer kinds:
+
+- sql: paced writers issuing the API's own statements directly (bench/lib/e2e.py write_post);
+- http: paced writers posting through the api (POST /v1/posts, bearer tokens of the seeded authors): one event loop
+  driving keep-alive connections (bench/lib/httpload.py). Commit time is when the 201 response arrives.
+
+Steps are interleaved (sql 250, http 250, sql 500, ...). Each step writes at its offered rate for --seconds, then
+waits up to --drain seconds for its posts to become visible. Per step: achieved write rate; delivered rate (posts
+that became visible during the writing phase, per second); commit -> visible in all timelines p50/p99
+(bench/lib/e2e.py's watcher, exact to one watcher period); the backlog at the end of the writing phase (fan-out
+queue depth, and posts committed but not yet visible); CPU per component over the writing phase (api, relay,
+workers, the bench database's Postgres backends, RabbitMQ, this load generator), in cores.
+
+The knee, per writer kind, is the highest offered rate at which the step and every lower one were sustained:
+writers reached 95% of the offered rate without errors, p99 < 1 s, every post visible by the drain deadline, and
+the backlog did not grow, meaning: over the second half of the writing phase, the backlog (posts committed and
+not yet visible) grew by at most 5% of the posts committed in that half (bench/lib/knee.py). A kind whose step did
+not drain by the deadline runs no higher step (its backlog would be counted again).
+
+Worker and api settings (WALFEED_WORKER_*, WALFEED_API_*) set in this process's environment reach the processes
+unchanged (e.g. WALFEED_WORKER_BATCH_SIZE); the bench's defaults apply only where none is set.
+Writes report.md, report.json and capacity.png to bench/results/<timestamp>-capacity/ (or --out). Everything it
+creates is removed at the end, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats  # noqa: E402
+from bench.lib.report import fmt  # noqa: E402
+from bench.run_all import AUTHORS, PER_AUTHOR, last_follower  # noqa: E402
+from bench.run_all import process_env as pipeline_env  # noqa: E402
+from tests.harness.processes import free_port  # noqa: E402
+from tests.harness.waiting import eventually  # noqa: E402
+
+STEPS = (250, 500, 1000, 2000, 4000)
+QUICK_STEPS = (250, 1000, 2000)
+KINDS = ("sql", "http")
+WORKERS = 2
+# 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429
+API_DEFAULTS = {"WALFEED_API_WORKERS": "2", "WALFEED_API_POOL_MAX": "8", "WALFEED_API_WRITE_LIMIT": "0"}
+COMPONENTS = ("api", "relay", "workers", "postgres", "rabbitmq", "loadgen")
+
+
+def env_for(url: str, prefix: str, slot: str) -> dict[str, str]:
+    """The processes' environment: the bench's names, and its defaults for the settings not set in ours."""
+    return infra.passthrough({**pipeline_env(url, prefix, slot, infra.SOURCES[0]), **API_DEFAULTS})
+
+
+def sql_writers(rate: int) -> int:
+    """SQL writer threads (connections): each commit waits for its WAL flush, several ms on a busy machine, so one
+    per 100 posts/s offered, at least 2 and at most 32 (run_all's one per 250 could not write 250 posts/s here)."""
+    return max(2, min(32, -(-rate // 100)))
+
+
+def connections(rate: int) -> int:
+    """Keep-alive connections of the HTTP writer: each waits for its response (10-50 ms on a busy 2-core machine)
+    before it takes the next post, so one per 20 posts/s offered, at least 4 and at most 128."""
+    return max(4, min(128, -(-rate // 20)))
+
+
+@dataclass
+class Pipeline:
+    """One writer kind's database, names and processes."""
+
+    kind: str
+    url: str
+    prefix: str
+    procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
+    port: int = 0  # the api's (http kind)
+
+    @property
+    def dbname(self) -> str:
+        return str(psycopg.conninfo.conninfo_to_dict(self.url)["dbname"])
+
+    def write(self, rate: int) -> e2e.Write | None:
+        """The api's writer (one thread, many connections) for the http kind; the SQL writers' default otherwise."""
+        return functools.partial(httpload.writer, self.port, connections(rate)) if self.kind == "http" else None
+
+    def writers(self, rate: int) -> int:
+        return 1 if self.kind == "http" else sql_writers(rate)
+
+
+def start(res: infra.Resources, kind: str, url: str) -> Pipeline:
+    pipe = Pipeline(kind, url, res.prefix(kind))
+    env = env_for(url, pipe.prefix, res.slot(url, kind))
+    pipe.procs["workers"] = [res.start(f"worker-{kind}-{i}", ["worker"], env) for i in range(WORKERS)]
+    pipe.procs["relay"] = [res.start(f"relay-{kind}", ["relay"], env)]
+    if kind == "http":
+        pipe.port = free_port()
+        pipe.procs["api"] = [res.start("api", ["api", "--port", str(pipe.port)], env)]
+        with httpx.Client(base_url=f"http://127.0.0.1:{pipe.port}", timeout=5) as client:
+            auth = {"Authorization": f"Bearer {infra.token(1)}"}
+            eventually(lambda: client.get("/v1/users/1", headers=auth).status_code == 200, timeout=60,
+                       what="the api to answer an authenticated request")
+    return pipe
+
+
+class Meter:
+    """CPU seconds per component of one pipeline between `start()` and `stop()`, in cores (CPU s per s)."""
+
+    def __init__(self, pipe: Pipeline, admin: psycopg.Connection[Any]) -> None:
+        self.pipe, self.admin = pipe, admin
+
+    def _take(self) -> tuple[float, proc.Processes, tuple[int, int]]:
+        seen: proc.Processes = {}
+        for component, procs in self.pipe.procs.items():
+            for p in procs:
+                seen.update(proc.tree(p.pid, component))
+        backends = dbload.take(self.admin, self.pipe.dbname).cpu  # its walsender and every client backend
+        seen.update({pid: ("postgres", cpu) for pid, (_app, cpu) in backends.items()})
+        seen.update({pid: ("rabbitmq", cpu) for pid, (_name, cpu) in proc.by_name({"beam.smp"}).items()})
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        seen[os.getpid()] = ("loadgen", own.ru_utime + own.ru_stime)
+        return time.monotonic(), seen, proc.machine_ticks()
+
+    def start(self) -> None:
+        self.before = self._take()
+
+    def stop(self) -> dict[str, float]:
+        after = self._take()
+        seconds = max(after[0] - self.before[0], 1e-9)
+        spent = proc.spent(self.before[1], after[1])
+        out = {c: spent.get(c, 0.0) / seconds for c in COMPONENTS if c != "api" or self.pipe.kind == "http"}
+        out["machine"] = proc.cores_busy(self.before[2], after[2])
+        return out
+
+
+def step(pipe: Pipeline, admin: psycopg.Connection[Any], rate: int, seconds: float, drain: float) -> dict[str, Any]:
+    meter = Meter(pipe, admin)
+    at_end: dict[str, Any] = {}
+
+    def written() -> None:
+        at_end["cpu"] = meter.stop()
+        at_end["queue"] = infra.queue_depth(pipe.prefix)
+
+    meter.start()
+    run = e2e.run(pipe.url, (infra.AMQP, pipe.prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate, seconds, drain,
+                  writers=pipe.writers(rate), write=pipe.write(rate), at_end=written)
+    figures = stats.summary(run.latencies_ms)
+    result: dict[str, Any] = {
+        "kind": pipe.kind, "offered": rate, "achieved": run.achieved, "p50": figures["p50"], "p99": figures["p99"],
+        "max": figures["max"], "errors": run.errors, "unfinished": run.unfinished, "pending_at_end": run.pending_at_end,
+        "queue_at_end": at_end.get("queue", math.nan), "cpu": at_end.get("cpu", {}),
+        "watcher_period_ms": run.watcher_period_ms, "watcher_probes_per_s": run.watcher_probes_per_s,
+        **knee.backlog_growth(run.commit_times, run.visible_times, run.wrote_seconds),
+    }
+    result["failures"] = knee.failures(result)
+    return result
+
+
+def line(s: Mapping[str, Any]) -> str:
+    cpu = s["cpu"]
+    return (f"| {s['kind']} | {s['offered']:,} | {fmt(s['achieved'], 0)} | {fmt(s['delivered'], 0)} | "
+            f"{fmt(s['p50'])} | {fmt(s['p99'])} | {s['pending_at_end']:,} | {fmt(s['growth'], 0)} | "
+            f"{fmt(s['queue_at_end'], 0)} | {s['errors']} | "
+            + " | ".join(fmt(cpu.get(c), 2) for c in (*COMPONENTS, "machine"))
+            + f" | {'; '.join(s['failures']) or 'sustained'} |")
+
+
+HEADER = ["| writers | offered/s | achieved/s | delivered/s | p50 ms | p99 ms | backlog at end (posts) | "
+          "backlog growth, 2nd half | fan-out queue at end | errors | "
+          + " | ".join(f"CPU {c}" for c in COMPONENTS) + " | machine busy | verdict |", "|---" * 18 + "|"]
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    meta = result["meta"]
+    out = [f"# walfeed capacity ({meta['mode']})", "",
+           f"Machine: {meta['nproc']} cores, load average {meta['load_before']} before, {meta['load_after']} after. "
+           f"{meta['authors']} authors x {meta['followers']} followers; {meta['workers']} workers per pipeline; "
+           f"{meta['seconds']:.0f} s per step, drain up to {meta['drain']:.0f} s. Worker/api settings from the "
+           f"environment: {meta['settings'] or 'none (defaults)'}.", "",
+           *HEADER, *[line(s) for s in result["steps"]], "",
+           "CPU in cores over the writing phase. postgres: the backends of the pipeline's database and its walsender "
+           "(not the server's background processes); rabbitmq: the whole broker, which other users of this machine "
+           "share; loadgen: this process (writers, watcher, broker listener).", ""]
+    for kind, k in result["knee"].items():
+        out.append(f"- knee, {kind.upper()} writers: {k:,} posts/s")
+    for kind, skipped in result["skipped"].items():
+        why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
+        out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
+    if result.get("aborted"):
+        out.append(f"- aborted ({result['aborted']}): the knee counts only the steps above")
+    out += ["", f"A step is sustained when the writers reach {knee.ACHIEVED_SHARE:.0%} of the offered rate without "
+            f"errors, p99 < {knee.P99_LIMIT_MS:,.0f} ms, every post is visible by the drain deadline, and the backlog "
+            f"(posts committed, not yet visible) grows over the second half of the writing phase by at most "
+            f"{knee.GROWTH_SHARE:.0%} of the posts committed in that half. The knee is the highest offered rate "
+            "sustained together with every lower one."]
+    return "\n".join(out) + "\n"
+
+
+def settings() -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(("WALFEED_WORKER_",
+                                                                                        "WALFEED_API_")))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default 250,500,1000,2000,4000)")
+    parser.add_argument("--seconds", type=float, help="writing time per step (default 30; --quick 3)")
+    parser.add_argument("--drain", type=float, help="seconds a step waits for its posts (default 60; --quick 15)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds: sql, http or both (default)")
+    parser.add_argument("--quick", action="store_true", help="steps 250,1000,2000 of 3 s each")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-capacity)")
+    args = parser.parse_args()
+    steps = [int(x) for x in args.steps.split(",")] if args.steps else list(QUICK_STEPS if args.quick else STEPS)
+    seconds = args.seconds or (3.0 if args.quick else 30.0)
+    drain = args.drain or (15.0 if args.quick else 60.0)
+    kinds = [k for k in args.kinds.split(",") if k]
+    if not steps or not set(kinds) <= set(KINDS) or not kinds:
+        parser.error(f"--kinds takes {', '.join(KINDS)}; --steps at least one rate")
+    out = args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-capacity")
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"mode": "quick" if args.quick else "full", "nproc": os.cpu_count(),
+                            "load_before": entry.load_avg(), "steps": steps, "seconds": seconds, "drain": drain,
+                            "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings()}
+    results: list[dict[str, Any]] = []
+    skipped: dict[str, list[int]] = {}
+    aborted = ""
+    with infra.Resources(uuid.uuid4().hex[:6], out / "logs") as res, infra.admin() as admin:
+        urls = res.seeded_databases(kinds, AUTHORS, PER_AUTHOR)
+        pipes = [start(res, kind, urls[kind]) for kind in kinds]
+        for pipe in pipes:  # warm-up: connections, prepared statements, the first messages
+            e2e.run(pipe.url, (infra.AMQP, pipe.prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate=50,
+                    seconds=1.0, drain=60.0, writers=1, write=pipe.write(50))
+        for rate, pipe in ((r, p) for r in steps for p in pipes):
+            if pipe.kind in skipped or aborted:
+                skipped.setdefault(pipe.kind, []).append(rate)
+                continue
+            print(f"{pipe.kind} writers, {rate:,} posts/s for {seconds:.0f} s", file=sys.stderr, flush=True)
+            try:
+                s = step(pipe, admin, rate, seconds, drain)
+            except Exception as exc:  # Postgres or the broker went away (a shared machine): report what was measured
+                aborted = f"{pipe.kind} writers at {rate:,} posts/s: {exc!r}"
+                print(f"aborted: {aborted}", file=sys.stderr, flush=True)
+                skipped.setdefault(pipe.kind, []).append(rate)
+                continue
+            results.append(s)
+            print(f"    {line(s)}", file=sys.stderr, flush=True)
+            if s["unfinished"]:
+                skipped[pipe.kind] = []
+    skipped = {k: v for k, v in skipped.items() if v}
+    meta["load_after"] = entry.load_avg()
+    knees = {k: knee.knee([s for s in results if s["kind"] == k]) for k in kinds}
+    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted}
+    (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "report.md").write_text(markdown(result))
+    from bench.lib import plots  # matplotlib is the bench extra: needed only here
+
+    plots.capacity(results, knees, out / "capacity.png")
+    print(markdown(result))
+    for kind in kinds:
+        delivered = max((s["delivered"] for s in results if s["kind"] == kind), default=0.0)
+        print(f"max delivered, {kind.upper()} writers: {delivered:,.0f} posts/s")
+    print(f"results in {out}")
+    return 1 if aborted else 0
+
+
+if __name__ == "__main__":
+    entry.run(main)
