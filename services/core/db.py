@@ -10,14 +10,19 @@ from psycopg_pool import ConnectionPool
 log = logging.getLogger(__name__)
 
 
-def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "walfeed") -> ConnectionPool:
-    """A pool that checks connections on checkout, so a database restart costs one failed query, not a dead pool."""
+def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "walfeed",
+              options: str | None = None) -> ConnectionPool:
+    """A pool that checks connections on checkout, so a database restart costs one failed query, not a dead pool.
+    `options`: server settings for every connection (libpq's options, e.g. "-c plan_cache_mode=...")."""
+    kwargs: dict[str, object] = {"row_factory": dict_row}
+    if options:
+        kwargs["options"] = options
     return ConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
         name=name,
         open=False,
-        kwargs={"row_factory": dict_row},
+        kwargs=kwargs,
         check=ConnectionPool.check_connection,
     )

@@ -30,6 +30,10 @@ from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
 
+# psycopg prepares a statement run 5 times, and Postgres then may keep one generic plan for it: a worker started on
+# nearly empty tables kept sequential-scan plans for the life of its connections (on a server without autovacuum,
+# nothing ever re-planned them). Planning costs well under a millisecond per statement, a few per batch of 200.
+PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
 _RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
 
@@ -47,7 +51,7 @@ def run(settings: Settings) -> int:
     metrics.serve(worker.metrics_port, worker.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
-                     name="walfeed-worker")
+                     name="walfeed-worker", options=PLAN_EACH_BATCH)
     pool.open()
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
     processor = Processor(effects.apply, effects.fan_out_large,

@@ -14,8 +14,10 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.sql import SQL
 
+from services.core.db import make_pool
 from services.worker import sql as q
 from services.worker.fanout import CONSUMER
+from services.worker.main import PLAN_EACH_BATCH
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +83,14 @@ def test_batch_statements_probe_by_key(loaded: Db) -> None:
         if whole or unkeyed:
             found[name] = whole | unkeyed
     assert found == {}
+
+
+def test_worker_connections_plan_each_execution(database_url: str) -> None:
+    """Generic plans cached while the tables were small are what made a worker scan whole tables (docs/adr/0024)."""
+    pool = make_pool(database_url, max_size=1, options=PLAN_EACH_BATCH)
+    pool.open()
+    try:
+        with pool.connection() as conn:
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == {"plan_cache_mode": "force_custom_plan"}
+    finally:
+        pool.close()
