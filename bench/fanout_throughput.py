@@ -124,7 +124,7 @@ def publish(channel: Any, topology: Topology, events: list[ev.Event]) -> None:
     """As the relay does: routing key = type, persistent, JSON, message id; each confirmed by the broker."""
     for event in events:
         channel.basic_publish(topology.events_exchange, event.type, ev.encode(event),
-                              EventProperties(str(event.id), event.type, int(event.occurred_at.timestamp())),
+                              EventProperties(str(event.id), event.type, ev.epoch_seconds(event.occurred_at)),
                               mandatory=True)
 
 

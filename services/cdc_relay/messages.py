@@ -10,7 +10,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 import pika
 
-from services.core.events import CONTENT_TYPE, Event, encode
+from services.core.events import CONTENT_TYPE, Event, encode, epoch_seconds
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ class Outgoing(NamedTuple, Generic[T]):
 
 def outgoing(event: Event, token: T) -> Outgoing[T]:
     return Outgoing(token=token, body=encode(event), message_id=str(event.id), type=event.type,
-                    timestamp=int(event.occurred_at.timestamp()))
+                    timestamp=epoch_seconds(event.occurred_at))
 
 
 class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is untyped

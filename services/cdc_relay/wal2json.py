@@ -28,7 +28,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from services.core.events import Event, encode
+from services.core.events import Event, encode, epoch_seconds
 
 OUTBOX_TABLE: Final = "public.outbox"
 _SCHEMA, _TABLE = OUTBOX_TABLE.split(".")
@@ -104,7 +104,7 @@ def parse(payload: bytes) -> Message:
         return Commit(parse_lsn(data.get("nextlsn", "")))
     if action == "I" and data.get("table") == _TABLE and data.get("schema") == _SCHEMA:
         event = outbox_event(data.get("columns"))
-        return Insert(str(event.id), event.type, encode(event), int(event.occurred_at.timestamp()))
+        return Insert(str(event.id), event.type, encode(event), epoch_seconds(event.occurred_at))
     return Ignored(str(action))
 
 

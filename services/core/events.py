@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
@@ -62,6 +62,15 @@ def validate_payload(type: str, payload: Any) -> dict[str, int]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise MalformedEvent(f"{type} payload needs an integer {key!r}")
     return {key: payload[key] for key in keys}
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_seconds(moment: datetime) -> int:
+    """Whole seconds since the epoch (the AMQP timestamp property), in integers: int(moment.timestamp()) goes
+    through a float, which rounds x.999999 up to x + 1 from the 2500s on."""
+    return (moment - _EPOCH) // timedelta(seconds=1)
 
 
 def encode(event: Event) -> bytes:

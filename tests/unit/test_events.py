@@ -1,4 +1,5 @@
 import uuid
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -35,3 +36,10 @@ def test_round_trip() -> None:
 def test_malformed_bodies_say_why(body: bytes, reason: str) -> None:
     with pytest.raises(MalformedEvent, match=reason):
         events.decode(body)
+
+
+def test_epoch_seconds_are_exact_where_a_float_timestamp_rounds_up() -> None:
+    moment = datetime(2515, 1, 1, 0, 0, 0, 999_999, tzinfo=UTC)
+    assert int(moment.timestamp()) == 17198524801  # the float rounds .999999 up: what the relay used to send
+    assert events.epoch_seconds(moment) == 17198524800
+    assert events.epoch_seconds(datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)) == 1
