@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything walfeed needs on this machine: infrastructure (scripts/setup-infra.sh) and a virtualenv in .venv
-# with walfeed installed editable plus its test tools. Idempotent.
+# with walfeed installed editable plus its test tools (pytest, ruff, mypy, schemathesis, check-jsonschema for
+# compose.yaml: the `test` extra of pyproject.toml). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-infra.sh

@@ -1,1 +1,1 @@
-"""The HTTP API (SPEC.md section 2): FastAPI app factory in `app.py`, process entrypoint in `main.py`."""
+"""The HTTP API (docs/api.md): FastAPI app factory in `app.py`, process entrypoint in `main.py`."""

@@ -86,16 +86,26 @@ def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     return combined
 
 
+# On every response of an operation counted against a rate limit (middleware.RateLimitHeaders).
+_RATE_LIMIT_HEADERS = {
+    "RateLimit-Policy": {"schema": {"type": "string"}, "description": 'the limit counted, e.g. "write";q=120;w=60'},
+    "RateLimit": {"schema": {"type": "string"}, "description": 'what is left of it, e.g. "write";r=119;t=42'},
+}
+
+
 def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
     """Every 4xx/5xx response is documented as application/problem+json with the Problem schema."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
-            for code, response in operation.get("responses", {}).items():
+            responses = operation.get("responses", {})
+            for code, response in responses.items():
                 if code.isdigit() and int(code) >= 400:
                     response["content"] = {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}
                     if code == "401":
                         response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"},
                                                                     "description": "Bearer realm"}}
+                if "429" in responses:
+                    response["headers"] = {**response.get("headers", {}), **_RATE_LIMIT_HEADERS}
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)

@@ -1,4 +1,4 @@
-"""Request and response bodies (SPEC.md section 2). Pydantic models document the OpenAPI schema."""
+"""Request and response bodies (docs/api.md). Pydantic models document the OpenAPI schema."""
 
 from __future__ import annotations
 

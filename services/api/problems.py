@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Final
 
 import orjson
@@ -81,10 +82,32 @@ async def _api_error(_: Request, exc: Exception) -> Response:
     return problem_response(exc.status, exc.detail, exc.slug, headers=exc.headers)
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+def allowed_methods(request: Request, fallback: str) -> str:
+    """Every method the app's OpenAPI document serves at this path, for a 405's Allow (RFC 9110). Starlette names
+    only the methods of the first route whose path matched, and PUT and DELETE of one resource are two routes."""
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(request.app.state, "allow_table", None)
+    if table is None:
+        table = request.app.state.allow_table = [
+            (_path_pattern(path), {method.upper() for method in operations})
+            for path, operations in request.app.openapi()["paths"].items()]
+    methods = set().union(*(allowed for pattern, allowed in table if pattern.fullmatch(request.url.path)))
+    if not methods:
+        return fallback  # a route outside the document (/docs...)
+    return ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods else set())))
+
+
+def _path_pattern(template: str) -> re.Pattern[str]:
+    return re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
+                              for part in re.split(r"(\{[^}]+\})", template)))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else TITLES.get(exc.status_code, "Error")
-    return problem_response(exc.status_code, detail, headers=dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allowed_methods(request, headers.get("Allow", ""))
+    return problem_response(exc.status_code, detail, headers=headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
-MAX_CHARS: Final = 500  # SPEC section 2; the posts table checks it too
+MAX_CHARS: Final = 500  # docs/api.md; the posts table checks it too
 
 # Explicit bidi embeddings and overrides (U+202A-202E) and isolates (U+2066-2069): they reorder the text that
 # follows, and an unterminated one reorders what a client renders after the post (ADR 0034). The marks

@@ -1,4 +1,4 @@
-"""The AMQP message of an outbox event (SPEC.md section 5): what the relay and the polling source publish.
+"""The AMQP message of an outbox event (docs/events.md): what the relay and the polling source publish.
 
 `Outgoing` carries an opaque token, handed back to the caller once the broker confirmed the message.
 `EventProperties` are its AMQP properties, as pika encodes them.

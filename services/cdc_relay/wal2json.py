@@ -57,7 +57,7 @@ class Commit:
 
 
 class Insert(NamedTuple):
-    """An outbox row, as its AMQP message (SPEC.md section 5). Immutable; a NamedTuple because one is built per
+    """An outbox row, as its AMQP message (docs/events.md). Immutable; a NamedTuple because one is built per
     event (a frozen dataclass's __init__ costs about three times as much)."""
 
     event_id: str

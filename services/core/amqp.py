@@ -62,7 +62,7 @@ def _sleep_unless(seconds: float, should_stop: Callable[[], bool]) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-# How the events exchange is declared (SPEC.md section 5), by the worker's blocking channel and the relay's
+# How the events exchange is declared (docs/amqp.md), by the worker's blocking channel and the relay's
 # asynchronous one alike: a declaration that differs from the existing exchange is refused by the broker.
 EVENTS_EXCHANGE: Final[dict[str, Any]] = {"exchange_type": "topic", "durable": True}
 

@@ -1,4 +1,4 @@
-"""The event envelope (SPEC.md sections 4 and 5) and its JSON codec. Pure: no I/O."""
+"""The event envelope (docs/events.md) and its JSON codec. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def epoch_seconds(moment: datetime) -> int:
 
 
 def encode(event: Event) -> bytes:
-    """The AMQP message body of SPEC.md section 5."""
+    """The AMQP message body of docs/events.md."""
     return orjson.dumps(
         {
             "id": str(event.id),

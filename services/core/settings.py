@@ -92,7 +92,7 @@ class Env:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The settings every walfeed process shares (SPEC.md section 1)."""
+    """The settings every walfeed process shares (docs/settings.md)."""
 
     database_url: str
     amqp_url: str

@@ -1,4 +1,4 @@
-"""AMQP names (SPEC.md section 5), derived from one prefix. Pure: declarations live in each service's adapter."""
+"""AMQP names (docs/amqp.md), derived from one prefix. Pure: declarations live in each service's adapter."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ def classify_delivery(committed: Iterable[str], seen: Iterable[str], injected: I
 def expected_timelines(
     users: Iterable[int], follows: Iterable[tuple[int, int]], live_posts: Mapping[int, int]
 ) -> dict[int, list[int]]:
-    """SPEC.md section 2: user -> ids of the posts of everyone they follow and their own, newest first.
-    `live_posts`: post id -> author id, deleted posts left out."""
+    """The timeline definition (docs/guarantees.md): user -> ids of the posts of everyone they follow and their
+    own, newest first. `live_posts`: post id -> author id, deleted posts left out."""
     following: dict[int, set[int]] = {u: {u} for u in users}
     for follower, followee in follows:
         following.setdefault(follower, {follower}).add(followee)

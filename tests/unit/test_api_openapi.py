@@ -1,6 +1,9 @@
 """The OpenAPI document: every operation documents its errors as problem documents; auth is declared."""
 
+import asyncio
 from typing import Any
+
+import httpx
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
@@ -38,3 +41,21 @@ def test_limits_are_in_the_schema() -> None:
     assert (body["minLength"], body["maxLength"]) == (1, 500)
     params = {p["name"]: p for p in doc["paths"]["/v1/timeline"]["get"]["parameters"]}
     assert (params["limit"]["schema"]["minimum"], params["limit"]["schema"]["maximum"]) == (1, 100)
+
+
+def test_a_405_allows_every_method_the_document_serves_at_that_path() -> None:
+    """RFC 9110: Allow lists every supported method, also where two routes serve one path (PUT and DELETE)."""
+    app = create_app(Settings.from_env({}), ApiSettings())
+    paths = app.openapi()["paths"]
+
+    async def allow_of_405s() -> dict[str, str]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            replies = {path: await client.request("PATCH", path.replace("{user_id}", "1").replace("{post_id}", "1"))
+                       for path in paths}
+        assert {reply.status_code for reply in replies.values()} == {405}
+        return {path: reply.headers["allow"] for path, reply in replies.items()}
+
+    for path, allow in asyncio.run(allow_of_405s()).items():
+        documented = {method.upper() for method in paths[path]}
+        assert set(allow.split(", ")) == documented | ({"HEAD"} if "GET" in documented else set()), path

@@ -9,7 +9,9 @@ from fastapi import Path, Query
 from services.api.cursor import MAX_CURSOR_CHARS
 from services.api.models import BIGINT_MAX
 
-# Documented error responses (rendered as application/problem+json by app.openapi()).
+# Documented error responses (rendered as application/problem+json by app.openapi()); docs/api.md lists them.
+_STRING: dict[str, Any] = {"schema": {"type": "string"}}
+RETRY_AFTER: dict[str, Any] = {"Retry-After": {**_STRING, "description": "seconds to wait before retrying"}}
 AUTH: dict[int | str, dict[str, Any]] = {401: {"description": "missing or invalid bearer token"}}
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such resource"}}
 INVALID: dict[int | str, dict[str, Any]] = {422: {"description": "the request does not match the schema"}}
@@ -17,8 +19,19 @@ BODY: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed JSON"},
     413: {"description": "request body over the size limit"},
 }
-UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"description": "database unavailable"}}
-LIMITED: dict[int | str, dict[str, Any]] = {429: {"description": "rate limit exceeded: see Retry-After and RateLimit"}}
+BAD_CURSOR: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the cursor is not a next_cursor of this listing (invalid-cursor)"}}
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {
+    "description": "the database is unavailable (database-unavailable) or took longer than the api allows "
+                   "(database-timeout)", "headers": RETRY_AFTER}}
+LIMITED: dict[int | str, dict[str, Any]] = {429: {
+    "description": "rate limit exceeded (rate-limited): see Retry-After and RateLimit", "headers": RETRY_AFTER}}
+
+
+def invalid(also: str) -> dict[int | str, dict[str, Any]]:
+    """The 422 of an operation that also answers it for a reason of its own."""
+    return {422: {"description": f"the request does not match the schema, or {also}"}}
+
 
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="an id (positive bigint)")]
 Limit = Annotated[int, Query(ge=1, le=100, description="page size")]

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from services.api import store
 from services.api.deps import Token, session
 from services.api.models import Page
-from services.api.routes import AUTH, INVALID, UNAVAILABLE, CursorParam, Limit
+from services.api.routes import AUTH, BAD_CURSOR, INVALID, UNAVAILABLE, CursorParam, Limit
 from services.api.routes.posts import decode_cursor, page
 
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
@@ -16,7 +16,7 @@ KIND = "home"
 
 
 @router.get("/timeline", response_model=Page, tags=["timeline"],
-            responses={400: {"description": "malformed cursor"}})
+            responses=BAD_CURSOR)
 async def timeline(token: Token, request: Request, limit: Limit = 20, cursor: CursorParam = None) -> Page:
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates."""
     before = decode_cursor(KIND, cursor)

@@ -14,7 +14,19 @@ from services.api import paging, store
 from services.api.deps import Token, session, write_session
 from services.api.models import NewPost, Page, Post, post_from_row, post_json
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, CursorParam, Id, Limit
+from services.api.routes import (
+    AUTH,
+    BAD_CURSOR,
+    BODY,
+    INVALID,
+    LIMITED,
+    NOT_FOUND,
+    UNAVAILABLE,
+    CursorParam,
+    Id,
+    Limit,
+    invalid,
+)
 
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
 
@@ -28,7 +40,11 @@ def request_hash(new: NewPost) -> bytes:
     return hashlib.sha256(orjson.dumps(new.model_dump(), option=orjson.OPT_SORT_KEYS)).digest()
 
 
-@router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={**BODY, **LIMITED})
+@router.post("/posts", status_code=201, response_model=Post, tags=["posts"], responses={
+    **BODY, **LIMITED, **invalid("the Idempotency-Key was used with another body (idempotency-key-reused)"),
+    201: {"description": "the post; a replay of an Idempotency-Key answers it again", "headers": {
+        "Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]},
+                                "description": "present when this is the post of an earlier request"}}}})
 async def create_post(new: NewPost, token: Token, request: Request,
                       idempotency_key: IdempotencyKey = None) -> Response:
     """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
@@ -64,7 +80,7 @@ async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 
 
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
-            responses={**NOT_FOUND, 400: {"description": "malformed cursor"}})
+            responses={**NOT_FOUND, **BAD_CURSOR})
 async def user_posts(user_id: Id, token: Token, request: Request, limit: Limit = 20,
                      cursor: CursorParam = None) -> Page:
     """One author's posts, newest first."""

@@ -8,14 +8,14 @@ from services.api import ratelimit, store, tokens
 from services.api.deps import Token, database, session, throttle, write_session
 from services.api.models import CreatedUser, NewToken, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id
+from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid
 from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 
 
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
-             responses={**BODY, **LIMITED, 409: {"description": "handle taken"}})
+             responses={**BODY, **LIMITED, 409: {"description": "the handle is taken (handle-taken)"}})
 async def create_user(new: NewUser, request: Request) -> CreatedUser:
     """Sign up. The token in the reply is the only copy: only its hash is stored."""
     token = tokens.new_token()
@@ -62,7 +62,8 @@ async def get_user(user_id: Id, token: Token, request: Request) -> User:
 
 
 @router.put("/following/{user_id}", status_code=204, response_class=Response, tags=["following"],
-            responses={**AUTH, **NOT_FOUND, **LIMITED, 409: {"description": "already following the most allowed"}})
+            responses={**AUTH, **NOT_FOUND, **LIMITED, **invalid("user_id is the caller's own (self-follow)"),
+                       409: {"description": "already following the most allowed (following-limit)"}})
 async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
     async with write_session(request, token) as (db, me):

@@ -125,7 +125,7 @@ def new_id() -> str:
 
 
 def assert_published_as_spec(watcher: Watcher, event_id: str) -> None:
-    """The message of an event written by write_events, as SPEC.md section 5 says, whichever source sent it."""
+    """The message of an event written by write_events, as docs/events.md says, whichever source sent it."""
     message = next(m for m in watcher.messages if m.properties.message_id == event_id)
     body = orjson.loads(message.body)
     assert body["id"] == event_id

@@ -1,5 +1,5 @@
 """Test data for the worker: users, follows and posts written with SQL (as the API would), their events, and the
-SPEC.md section 2 definition to compare timelines against (with the read-time merge of pulled posts)."""
+timeline definition of docs/guarantees.md to compare timelines against (with the read-time merge of pulled posts)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ def twice_shuffled(events: list[ev.Event], rng: random.Random) -> list[ev.Event]
 
 
 def definition(conn: Conn, user: int) -> list[int]:
-    """SPEC.md section 2: posts of every account the user follows and the user's own, not deleted."""
+    """The timeline definition (docs/guarantees.md): the posts of every account the user follows and the user's
+    own, not deleted."""
     return sorted(r[0] for r in conn.execute(
         "SELECT p.id FROM posts p WHERE p.deleted_at IS NULL AND (p.author_id = %(u)s OR p.author_id IN "
         "(SELECT followee_id FROM follows WHERE follower_id = %(u)s))", {"u": user}))

@@ -1,0 +1,38 @@
+"""The WALFEED_* variables walfeed's processes read, found by running each settings object's from_env on a
+mapping that records every lookup, plus the few the command line reads from os.environ directly. Shared by the
+tests of docs/settings.md and of compose.yaml."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from services.api.config import ApiSettings
+from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.poll_policy import PollSettings
+from services.cli.roles import RoleSettings, password_variables
+from services.core.settings import Settings
+from services.worker.config import WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+_OS_ENVIRON = re.compile(r'os\.environ(?:\.get\(|\[)"(WALFEED_[A-Z0-9_]+)"')
+
+
+class _Recording(dict[str, str]):
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def variables_read() -> set[str]:
+    environ = _Recording({name: "a-password-of-24-chars!!" for name in password_variables()})
+    for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
+                     WorkerSettings.from_env, RoleSettings.from_env):
+        from_env(environ)
+    direct = {name for path in (ROOT / "services").rglob("*.py") for name in _OS_ENVIRON.findall(path.read_text())}
+    return environ.read | direct
