@@ -4,7 +4,6 @@ batch takes, and what to do with each post. No I/O: fanout.py reads the rows the
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -108,6 +107,7 @@ def post_action(event: ev.Event, row: PostRow | None, push: bool | None, batch_a
     return PUSHED if row.follower_count <= batch_audience else LARGE
 
 
-def by_id(events: Iterable[ev.Event]) -> dict[uuid.UUID, ev.Event]:
-    """One event per id: a message delivered twice in one batch is applied once."""
-    return {event.id: event for event in events}
+def distinct(events: Iterable[ev.Event]) -> list[ev.Event]:
+    """Each event once: a message delivered twice in one batch is applied once. Events are told apart by all they
+    say, not by id: a forgery that reuses a real event's id must not take the real event's outcome."""
+    return list(dict.fromkeys(events))

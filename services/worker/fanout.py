@@ -47,16 +47,16 @@ class Effects:
 
     def handle(self, event: ev.Event) -> str:
         """One event on its own, large fan-out included: what was done, or its failure raised."""
-        done = self.apply([event])[event.id]
+        done = self.apply([event])[event]
         if isinstance(done, Exception):
             raise done
         return self.fan_out_large(event) if done == decide.LARGE else done
 
-    def apply(self, events: Iterable[ev.Event]) -> dict[uuid.UUID, Applied]:
+    def apply(self, events: Iterable[ev.Event]) -> dict[ev.Event, Applied]:
         """Apply a batch in one transaction. Per event id: a label of what was done (decide.LARGE: the audience is
         still to be fanned out by `fan_out_large`), or the failure of that event alone. Raises if the transaction
         fails: nothing of the batch was applied."""
-        unique = decide.by_id(events)
+        unique = decide.distinct(events)
         if not unique:
             return {}
         try:
@@ -67,20 +67,20 @@ class Effects:
                 raise policy.Unavailable(policy.reason_text(exc)) from exc
             raise
 
-    def _apply(self, conn: Conn, unique: dict[uuid.UUID, ev.Event]) -> dict[uuid.UUID, Applied]:
-        done: dict[uuid.UUID, Applied] = {}
-        keys, exclusive = decide.locks(unique.values())
+    def _apply(self, conn: Conn, unique: list[ev.Event]) -> dict[ev.Event, Applied]:
+        done: dict[ev.Event, Applied] = {}
+        keys, exclusive = decide.locks(unique)
         with conn.transaction():
             conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
             known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in conn.execute(
-                q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list(unique)})}
+                q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list({e.id for e in unique})})}
             real: dict[str, list[ev.Event]] = defaultdict(list)
-            for event_id, event in unique.items():
-                failure = decide.check(event, known.get(event_id))
+            for event in unique:
+                failure = decide.check(event, known.get(event.id))
                 if failure is not None:
-                    done[event_id] = failure
-                elif known[event_id].processed:
-                    done[event_id] = "duplicate"
+                    done[event] = failure
+                elif known[event.id].processed:
+                    done[event] = "duplicate"
                 else:
                     real[event.type].append(event)
             trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
@@ -93,9 +93,11 @@ class Effects:
         return done
 
     def _posts_created(self, conn: Conn, events: list[ev.Event],
-                       done: dict[uuid.UUID, Applied]) -> tuple[set[int], int]:
-        """Decide push or pull once per post, fan small audiences out, mark what is finished. Returns the authors
-        whose recipients are due a trim, and how many posts were pushed."""
+                       done: dict[ev.Event, Applied]) -> tuple[set[int], int]:
+        """Decide push or pull once per post and fan small audiences out. No processed record: a duplicate finds
+        the decision recorded and inserts nothing new (a row the cap trimmed meanwhile comes back below the floor,
+        where rows may be, docs/adr/0024). Returns the authors whose recipients are due a trim, and how many posts
+        were pushed."""
         if not events:
             return set(), 0
         rows = {r["id"]: decide.PostRow(r["author_id"], r["deleted"], r["fanned_out"], r["follower_count"])
@@ -110,16 +112,15 @@ class Effects:
             post_id = event.payload["post_id"]
             row = rows.get(post_id)
             try:
-                done[event.id] = decide.post_action(
+                done[event] = decide.post_action(
                     event, row, decisions.get(post_id, row.fanned_out if row else None), self._chunk)
             except decide.PostMissing as exc:
-                done[event.id] = exc
-        pushed = [e for e in events if done[e.id] == decide.PUSHED]
-        own = sorted({e.payload["post_id"]: done[e.id] == decide.PUSHED for e in events
-                      if done[e.id] in (decide.PUSHED, decide.LARGE)}.items())
+                done[event] = exc
+        pushed = [e for e in events if done[e] == decide.PUSHED]
+        own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in events
+                      if done[e] in (decide.PUSHED, decide.LARGE)}.items())
         if own:
             conn.execute(q.FANOUT_BATCH, {"own": [p for p, _ in own], "fan_out": [f for _, f in own]})
-        _mark(conn, [e.id for e in events if done[e.id] in (decide.PUSHED, decide.PULLED, decide.DELETED)])
         trim_due = {e.payload["author_id"] for e in pushed if policy.should_trim(e.payload["post_id"])}
         return trim_due, len(pushed)
 
@@ -136,12 +137,12 @@ class Effects:
             decisions |= {r["id"]: bool(r["fanned_out"]) for r in conn.execute(q.READ_DECISIONS, {"post_ids": raced})}
         return decisions
 
-    def _posts_deleted(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+    def _posts_deleted(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
         if events:
             conn.execute(q.DELETE_POSTS, {"post_ids": sorted({e.payload["post_id"] for e in events})})
-            done.update({e.id: "removed" for e in events})
+            done.update({e: "removed" for e in events})
 
-    def _follows_created(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+    def _follows_created(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
         """Backfill the follows that exist now, raise floors where older posts exist, trim, mark all processed."""
         if not events:
             return
@@ -158,15 +159,15 @@ class Effects:
             conn.execute(q.RAISE_FLOORS, {"user_ids": users, "floors": [floors[u] for u in users]})
         trim(conn, sorted({f for f, _ in existing}), self._cap)
         _mark(conn, [e.id for e in events])
-        done.update({e.id: "backfilled" if _pair(e) in existing else "gone" for e in events})
+        done.update({e: "backfilled" if _pair(e) in existing else "gone" for e in events})
 
-    def _follows_deleted(self, conn: Conn, events: list[ev.Event], done: dict[uuid.UUID, Applied]) -> None:
+    def _follows_deleted(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
         if not events:
             return
         followers, followees = _pairs(events)
         removed = {(r["user_id"], r["author_id"]) for r in conn.execute(
             q.UNFOLLOW, {"followers": followers, "followees": followees})}
-        done.update({e.id: "removed" if _pair(e) in removed else "kept" for e in events})
+        done.update({e: "removed" if _pair(e) in removed else "kept" for e in events})
 
     def _trim_audiences(self, conn: Conn, authors: set[int]) -> None:
         self._trim_followers(conn, q.FOLLOWERS_OF, {"author_ids": sorted(authors)})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from services.worker import decide, policy
 
 log = logging.getLogger(__name__)
 
-Apply = Callable[[list[Event]], Mapping[uuid.UUID, "str | Exception"]]
+Apply = Callable[[list[Event]], Mapping[Event, "str | Exception"]]
 FanOutLarge = Callable[[Event], str]
 
 
@@ -57,7 +56,7 @@ class Processor:
                 log.warning("malformed message", extra={"reason": item.reason})
                 results.append(Result(item, "malformed", None, "malformed", seconds))
             else:
-                results.append(self._settle(item, policy.attempt_of(message.headers), done[item.id], seconds))
+                results.append(self._settle(item, policy.attempt_of(message.headers), done[item], seconds))
         return results
 
     def large(self, message: Message, event: Event) -> Result:
@@ -73,7 +72,7 @@ class Processor:
             label = exc
         return self._settle(event, attempt, label, time.monotonic() - started)
 
-    def _apply_isolating(self, events: list[Event]) -> Mapping[uuid.UUID, str | Exception]:
+    def _apply_isolating(self, events: list[Event]) -> Mapping[Event, str | Exception]:
         """The batch in one transaction; if that transaction fails, each event in a transaction of its own, so a
         failure stays with the message that causes it."""
         if not events:
@@ -81,18 +80,18 @@ class Processor:
         try:
             return self._apply(events)
         except policy.Unavailable as exc:  # no message is to blame: all retry, none alone
-            return {event.id: exc for event in events}
+            return {event: exc for event in events}
         except Exception as exc:
             if len(events) == 1:
-                return {events[0].id: exc}
+                return {events[0]: exc}
             log.warning("batch failed, applying its events one at a time",
                         extra={"events": len(events), "error": policy.reason_text(exc)})
-        done: dict[uuid.UUID, str | Exception] = {}
+        done: dict[Event, str | Exception] = {}
         for event in events:
             try:
                 done.update(self._apply([event]))
             except Exception as exc:
-                done[event.id] = exc
+                done[event] = exc
         return done
 
     def _settle(self, event: Event, attempt: int, done: str | Exception, seconds: float) -> Result:

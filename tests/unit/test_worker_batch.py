@@ -109,11 +109,11 @@ class FakeApply:
         self.poison = poison
         self.calls: list[list[uuid.UUID]] = []
 
-    def __call__(self, events: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+    def __call__(self, events: list[ev.Event]) -> Mapping[ev.Event, str | Exception]:
         self.calls.append([e.id for e in events])
         if any(e.id in self.poison for e in events):
             raise ValueError("bigint out of range")
-        return {e.id: decide.LARGE if e.payload.get("post_id") == 99 else "pushed" for e in events}
+        return {e: decide.LARGE if e.payload.get("post_id") == 99 else "pushed" for e in events}
 
 
 def test_a_failing_message_is_isolated_and_its_neighbours_are_acked() -> None:
@@ -146,7 +146,7 @@ def test_a_duplicate_message_in_one_batch_gets_the_same_outcome() -> None:
 def test_a_database_outage_retries_every_message_without_spending_attempts() -> None:
     events = [post_created(1), post_created(2)]
 
-    def unavailable(batch: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+    def unavailable(batch: list[ev.Event]) -> Mapping[ev.Event, str | Exception]:
         calls.append(len(batch))
         raise policy.Unavailable("OperationalError: server closed the connection unexpectedly")
 
@@ -167,3 +167,10 @@ def test_a_database_outage_retries_every_message_without_spending_attempts() -> 
 ])
 def test_which_database_failures_blame_no_message(error: psycopg.OperationalError, unavailable: bool) -> None:
     assert fanout.unavailable(error) is unavailable
+
+
+def test_events_are_told_apart_by_what_they_say_not_by_id() -> None:
+    real = post_created()
+    forged = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
+                      real.payload)
+    assert decide.distinct([real, forged, real]) == [real, forged]

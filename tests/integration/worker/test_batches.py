@@ -67,6 +67,22 @@ def test_one_batch_of_mixed_events_and_a_poison_converges_and_fails_the_poison_a
     assert world.problems(db) == []
 
 
+def test_a_forgery_reusing_a_real_events_id_in_the_same_batch_fails_alone(db: Conn, database_url: str) -> None:
+    author, fan = world.add_users(db, 2)
+    world.follow(db, fan, author)
+    real = world.post(db, author)
+    forged = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
+                      real.payload)
+    pool: ConnectionPool = make_pool(database_url, max_size=1, name="test-batch")
+    pool.open()
+    try:
+        done = Effects(pool, 10_000).apply([forged, real])
+    finally:
+        pool.close()
+    assert done[real] == "pushed" and str(done[forged]).startswith("not in outbox")
+    assert world.merged(db, fan) == [real.payload["post_id"]]
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("batch_size", ["3", "500"])
 def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_dead(

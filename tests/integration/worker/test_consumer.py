@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,7 +41,7 @@ class FlakyHandler:
         self.applied: list[str] = []
         self.attempts: list[tuple[str, int]] = []
 
-    def __call__(self, events: list[ev.Event]) -> Mapping[uuid.UUID, str | Exception]:
+    def __call__(self, events: list[ev.Event]) -> Mapping[ev.Event, str | Exception]:
         for event in events:
             left = self._failures.get(str(event.id), 0)
             if left is None or left > 0:
@@ -50,7 +49,7 @@ class FlakyHandler:
                     self._failures[str(event.id)] = left - 1
                 raise RuntimeError(f"injected failure for {event.id}")
         done = self._effects.apply(events)
-        self.applied.extend(str(e) for e, label in done.items() if isinstance(label, str))
+        self.applied.extend(str(e.id) for e, label in done.items() if isinstance(label, str))
         return done
 
 
