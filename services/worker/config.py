@@ -3,7 +3,7 @@
 | variable | default | meaning |
 |---|---|---|
 | `WALFEED_WORKER_CONCURRENCY` | `2` | batch threads in this process (several processes may share the queue) |
-| `WALFEED_WORKER_BATCH_SIZE` | `200` | most messages applied together in one transaction (docs/adr/0024) |
+| `WALFEED_WORKER_BATCH_SIZE` | `500` | most messages applied together in one transaction (docs/adr/0024) |
 | `WALFEED_WORKER_LARGE_CONCURRENCY` | `1` | threads fanning out posts whose audience is larger than a chunk |
 | `WALFEED_WORKER_PREFETCH` | `batch size x (concurrency + 1)` | unacked messages handed to this process |
 | `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | attempts before a message goes to the dead queue |
@@ -40,7 +40,7 @@ class WorkerSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
         env = Env(environ)
         concurrency = env.int("WALFEED_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
-        batch_size = env.int("WALFEED_WORKER_BATCH_SIZE", 200, minimum=1, maximum=5000)
+        batch_size = env.int("WALFEED_WORKER_BATCH_SIZE", 500, minimum=1, maximum=5000)
         # One batch waiting for each thread while the threads work: the next batch is ready when one finishes.
         prefetch = env.int("WALFEED_WORKER_PREFETCH", min(65_535, batch_size * (concurrency + 1)),
                            minimum=1, maximum=65_535)

@@ -88,7 +88,7 @@ def test_reason_text_is_bounded() -> None:
 def test_worker_settings_defaults_and_errors_name_the_variable() -> None:
     s = WorkerSettings.from_env({})
     assert (s.concurrency, s.batch_size, s.large_concurrency, s.prefetch, s.max_attempts, s.metrics_port) == (
-        2, 200, 1, 600, 8, 9102)
+        2, 500, 1, 1500, 8, 9102)
     with pytest.raises(SettingsError, match="WALFEED_WORKER_BATCH_SIZE"):
         WorkerSettings.from_env({"WALFEED_WORKER_BATCH_SIZE": "0"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_PREFETCH"):

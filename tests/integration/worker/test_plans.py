@@ -35,7 +35,7 @@ INSERT INTO timelines (user_id, post_id, author_id)
     SELECT 101 + (p.id % 1000), p.id, p.author_id FROM posts p;
 INSERT INTO processed_events (consumer, event_id) SELECT 'fanout', id FROM outbox;
 """
-BATCH = 200  # a full batch at the default WALFEED_WORKER_BATCH_SIZE: 30 ids got other plans than 200
+BATCH = 500  # a full batch at the default WALFEED_WORKER_BATCH_SIZE: 30 ids got other plans than 200
 CHECKED = {"posts", "outbox", "timelines", "processed_events"}  # tables a batch must never scan whole
 
 
