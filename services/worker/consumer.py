@@ -118,14 +118,22 @@ class Session:
 
     def _process_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery]) -> None:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
-        results = self._processor.batch([d.message for d in batch])
+        try:
+            results = self._processor.batch([d.message for d in batch])
+        except Exception:  # a bug of ours: return the messages rather than hold them (and stop) forever
+            log.exception("batch processing failed, returning its messages", extra={"messages": len(batch)})
+            results = [_returned(d) for d in batch]
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
 
     def _process_large(self, channel: BlockingChannel, publisher: BlockingChannel, held: list[Delivery],
                        result: Result) -> None:
         """Large fan-out thread: one post's audience in chunks, then its settlement."""
         assert result.event is not None
-        done = self._processor.large(held[0].message, result.event)
+        try:
+            done = self._processor.large(held[0].message, result.event)
+        except Exception:  # as in _process_batch
+            log.exception("large fan-out failed, returning its message", extra={"event_id": result.event_id})
+            done = _returned(held[0])
         self._hand_back(functools.partial(self._settle, channel, publisher, held, [done]))
 
     def _hand_back(self, settle: functools.partial[None]) -> None:
@@ -226,3 +234,7 @@ class Session:
             task.cancel()
         self._tasks.clear()
         self._ready.clear()
+
+
+def _returned(delivery: Delivery) -> Result:
+    return Result(policy.REQUEUE, "unknown", delivery.props.message_id, "returned", 0.0)

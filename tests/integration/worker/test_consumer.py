@@ -60,8 +60,12 @@ class Recorded:
         self._processor = processor
         self._handler = handler
         self._slow = slow
+        self.crashes = 0  # batches to fail with an exception of ours before working normally
 
     def batch(self, messages: Sequence[Message]) -> list[Result]:
+        if self.crashes > 0:
+            self.crashes -= 1
+            raise RuntimeError("a bug in the processor")
         if self._slow is not None:
             self._slow.wait(6)  # a batch busy for several heartbeat intervals
         results = self._processor.batch(messages)
@@ -75,7 +79,7 @@ class Recorded:
 
 @contextlib.contextmanager
 def running_consumer(infra: Infra, database_url: str, topology: Topology, failures: dict[str, int | None],
-                     heartbeat: int = 30, slow: threading.Event | None = None,
+                     heartbeat: int = 30, slow: threading.Event | None = None, crashes: int = 0,
                      **effects_kw: Any) -> Iterator[FlakyHandler]:
     pool = make_pool(database_url, max_size=3, name="test-consumer")
     pool.open()
@@ -88,7 +92,9 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     params.heartbeat = heartbeat
     conn = pika.BlockingConnection(params)
     with ThreadPoolExecutor(2) as batches, ThreadPoolExecutor(1) as large:
-        session = Session(conn, topology, Recorded(processor, handler, slow), batches, large,
+        recorded = Recorded(processor, handler, slow)
+        recorded.crashes = crashes
+        session = Session(conn, topology, recorded, batches, large,
                           Limits(batch_size=10, batches=2, prefetch=20), stopping)
         thread = threading.Thread(target=session.run)
         thread.start()
@@ -167,3 +173,14 @@ def test_small_posts_are_applied_while_a_large_fanout_is_in_progress(
         assert not release.is_set() and world.merged(db, fans[-1]) == []  # the large one is still held
         release.set()
         eventually(lambda: drained(channel, topology) and world.problems(db) == [], what="large fan-out done")
+
+
+def test_a_batch_that_crashes_the_processor_is_returned_and_applied_later(
+        infra: Infra, database_url: str, db: psycopg.Connection[Any], channel: Channel, topology: Topology) -> None:
+    author, fan = world.add_users(db, 2)
+    events = [world.follow(db, fan, author), world.post(db, author)]
+    world.publish(channel, topology, events)
+    with running_consumer(infra, database_url, topology, {}, crashes=1) as handler:
+        eventually(lambda: {str(e.id) for e in events} <= set(handler.applied) and drained(channel, topology),
+                   what="applied after the crash")
+    assert world.problems(db) == []
