@@ -79,7 +79,8 @@ class Session:
         # Touched by the connection thread only:
         self._ready: deque[Delivery] = deque()  # delivered, waiting for a free batch thread
         self._unsettled: dict[int, None] = {}  # every tag not acked or nacked yet, in delivery order
-        self._tasks: dict[Future[None], list[Delivery]] = {}  # batches and large fan-outs not settled yet
+        # Batches and large fan-outs not settled yet, by the first delivery tag they hold (a tag is in one at a time).
+        self._tasks: dict[int, tuple[Future[None], list[Delivery]]] = {}
         self._running_batches = 0
 
     def run(self) -> None:
@@ -114,7 +115,7 @@ class Session:
             self._start(self._batches.submit(self._process_batch, channel, publisher, batch), batch)
 
     def _start(self, task: Future[None], deliveries: list[Delivery]) -> None:
-        self._tasks[task] = deliveries
+        self._tasks[deliveries[0].tag] = (task, deliveries)
 
     def _process_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery]) -> None:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
@@ -153,7 +154,7 @@ class Session:
                 results: Sequence[Result]) -> None:
         """Connection thread: publish retry copies and dead letters (confirmed), then ack the rest together;
         messages with a large audience go on to the large fan-out threads."""
-        self._forget(deliveries)
+        del self._tasks[deliveries[0].tag]
         acked: set[int] = set()
         for delivery, result in zip(deliveries, results, strict=True):
             outcome = result.outcome
@@ -172,12 +173,6 @@ class Session:
             channel.basic_ack(tag, multiple=multiple)
         for tag in acked:
             del self._unsettled[tag]
-
-    def _forget(self, deliveries: Sequence[Delivery]) -> None:
-        for task, held in list(self._tasks.items()):
-            if held is deliveries:
-                del self._tasks[task]
-                return
 
     def _publish_outcome(self, publisher: BlockingChannel, delivery: Delivery, result: Result) -> bool:
         """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
@@ -220,9 +215,9 @@ class Session:
         """Stopping: every message not being worked on goes back to the queue as it was."""
         returned = list(self._ready)
         self._ready.clear()
-        for task, held in list(self._tasks.items()):
+        for first, (task, held) in list(self._tasks.items()):
             if task.cancel():
-                del self._tasks[task]
+                del self._tasks[first]
                 returned.extend(held)
         for delivery in sorted(returned, key=lambda d: d.tag):
             channel.basic_nack(delivery.tag, requeue=True)
@@ -230,7 +225,7 @@ class Session:
 
     def abandon(self) -> None:
         """After a connection loss: drop tasks not started (the broker redelivers them), let running ones finish."""
-        for task in self._tasks:
+        for task, _ in self._tasks.values():
             task.cancel()
         self._tasks.clear()
         self._ready.clear()

@@ -53,7 +53,7 @@ class Effects:
         return self.fan_out_large(event) if done == decide.LARGE else done
 
     def apply(self, events: Iterable[ev.Event]) -> dict[ev.Event, Applied]:
-        """Apply a batch in one transaction. Per event id: a label of what was done (decide.LARGE: the audience is
+        """Apply a batch in one transaction. Per event: a label of what was done (decide.LARGE: the audience is
         still to be fanned out by `fan_out_large`), or the failure of that event alone. Raises if the transaction
         fails: nothing of the batch was applied."""
         unique = decide.distinct(events)
@@ -206,7 +206,7 @@ class Effects:
         try:
             with conn.transaction():
                 trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
-        except psycopg.errors.DeadlockDetected as exc:
+        except psycopg.Error as exc:  # the fan-out is committed: a failed trim must not fail (and redo) it
             log.warning("timeline trim skipped", extra={"error": repr(exc)})
 
 
