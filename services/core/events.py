@@ -13,6 +13,8 @@ POST_CREATED: Final = "post.created"
 POST_DELETED: Final = "post.deleted"
 FOLLOW_CREATED: Final = "follow.created"
 FOLLOW_DELETED: Final = "follow.deleted"
+DELIVERY_WEBHOOK: Final = "delivery.webhook"
+DELIVERY_EMAIL: Final = "delivery.email"
 
 # type -> (aggregate type, payload keys; every payload value is an integer id)
 EVENT_TYPES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
@@ -20,7 +22,13 @@ EVENT_TYPES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     POST_DELETED: ("post", ("post_id", "author_id")),
     FOLLOW_CREATED: ("follow", ("follower_id", "followee_id")),
     FOLLOW_DELETED: ("follow", ("follower_id", "followee_id")),
+    # A notification's delivery to one target, written by the notifier (docs/notifications.md).
+    DELIVERY_WEBHOOK: ("delivery", ("delivery_id",)),
+    DELIVERY_EMAIL: ("delivery", ("delivery_id",)),
 }
+
+# The types the fan-out worker consumes (its queue's bindings, services/core/topology.py).
+FANOUT_TYPES: Final = frozenset({POST_CREATED, POST_DELETED, FOLLOW_CREATED, FOLLOW_DELETED})
 
 CONTENT_TYPE: Final = "application/json"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from services.core import backoff
-from services.core.events import Event, MalformedEvent, decode
+from services.core.events import FANOUT_TYPES, Event, MalformedEvent, decode
 
 ATTEMPT_HEADER: Final = "x-walfeed-attempt"  # 1-based number of the delivery attempt this copy is
 REASON_HEADER: Final = "x-walfeed-reason"  # why the message is in the dead queue (or why it was last retried)
@@ -118,9 +118,12 @@ def attempt_of(headers: Mapping[str, object] | None) -> int:
 def classify(body: bytes, attempt: int) -> Event | Dead:
     """A decodable event to handle, or a message that can never succeed (dead at once, with the reason)."""
     try:
-        return decode(body)
+        event = decode(body)
     except MalformedEvent as exc:
         return Dead(f"malformed: {exc}", attempt)
+    if event.type not in FANOUT_TYPES:
+        return Dead(f"malformed: {event.type} is not a fan-out event", attempt)
+    return event
 
 
 def copy_headers(headers: Mapping[str, object] | None, **extra: object) -> dict[str, object]:

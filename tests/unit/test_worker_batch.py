@@ -47,7 +47,7 @@ def test_locks_are_sorted_and_exclusive_wins_over_shared() -> None:
     assert decide.locks([]) == ([], [])
 
 
-@given(st.lists(st.tuples(st.sampled_from(sorted(ev.EVENT_TYPES)), st.integers(1, 20), st.integers(1, 20))))
+@given(st.lists(st.tuples(st.sampled_from(sorted(ev.FANOUT_TYPES)), st.integers(1, 20), st.integers(1, 20))))
 def test_any_two_batches_take_shared_keys_in_the_same_order(specs: list[tuple[str, int, int]]) -> None:
     events = [ev.Event.new(t, 1, {"post_id": a, "author_id": b, "follower_id": a, "followee_id": b})
               for t, a, b in specs]

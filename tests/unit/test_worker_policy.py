@@ -54,6 +54,8 @@ def test_a_valid_body_classifies_as_its_event() -> None:
      b'"occurred_at": "2024-01-01T00:00:00Z", "payload": {}}' % str(uuid.uuid4()).encode(),
      "malformed: unknown event type 'post.exploded'"),
     (b"[]", "malformed: body must be a JSON object"),
+    (ev.encode(ev.Event.new(ev.DELIVERY_WEBHOOK, 1, {"delivery_id": 1})),
+     "malformed: delivery.webhook is not a fan-out event"),
 ])
 def test_unparseable_or_unknown_messages_are_dead_at_once(body: bytes, reason: str) -> None:
     outcome = policy.classify(body, 2)
