@@ -34,6 +34,9 @@ def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology,
     for _ in range(5):
         eventually(lambda: drained(channel, topology), timeout=timeout, what="fanout and retry queues drained")
         stopped = [proc for proc in processes.all if proc.running()]
+        for proc in stopped:  # a worker stopped before its handlers are set dies of the signal: let it start first
+            eventually(lambda p=proc: p.log().count("consumer: consuming") >= p.log().count("--- start"),
+                       timeout=timeout, what=f"{proc.name} consuming")
         for proc in stopped:
             assert proc.stop(signal.SIGTERM) == 0, proc.log()
         if drained(channel, topology):
