@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
 from typing import Any
 
 import pika
@@ -144,3 +145,30 @@ def test_a_worker_facing_a_dead_queue_declared_otherwise_stops_with_what_to_do(
     eventually(lambda: not worker.running(), what="the worker exits")
     assert worker.stop(signal.SIGTERM) == 2
     assert "other arguments" in worker.log() and "WALFEED_WORKER_DEAD_MAX_LENGTH" in worker.log()
+
+
+def test_a_post_another_transaction_decides_meanwhile_keeps_that_decision_and_gets_no_rows_from_this_batch(
+        db: Conn, database_url: str) -> None:
+    """The batch sends its decision and its fan-out insert without waiting between them; the insert re-checks the
+    recorded decision. Here a transaction records "pull" while the batch, which read the post undecided and
+    proposes "push", waits for the row: the batch leaves the decision, inserts nothing, and says so."""
+    author, fan = world.add_users(db, 2)
+    world.follow(db, fan, author)
+    created = world.post(db, author)
+    post_id = created.payload["post_id"]
+    pool: ConnectionPool = make_pool(database_url, max_size=1, name="test-race")
+    pool.open()
+    done: dict[ev.Event, object] = {}
+    with psycopg.connect(database_url) as racer, psycopg.connect(database_url, autocommit=True) as watch:
+        racer.execute("UPDATE posts SET fanned_out = false WHERE id = %s", (post_id,))
+        worker = threading.Thread(target=lambda: done.update(Effects(pool, 10_000).apply([created])))
+        worker.start()
+        eventually(lambda: watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                         "AND wait_event_type = 'Lock'").fetchone() == (1,),
+                   timeout=30, what="the batch waiting for the post's row")
+        racer.commit()
+    worker.join(30)
+    pool.close()
+    assert done == {created: "pulled"}
+    assert db.execute("SELECT fanned_out FROM posts WHERE id = %s", (post_id,)).fetchone() == (False,)
+    assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (post_id,)).fetchone() == (0,)
