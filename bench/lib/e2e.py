@@ -209,12 +209,13 @@ class Run:
     wrote_seconds: float = 0.0  # from the first due post to the last writer's end
 
 
-def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user: Callable[[int], int],
+def run(url: str, amqp: tuple[str, str] | None, authors: int, expected: int, probe_user: Callable[[int], int],
         rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005,
         write: Write | None = None, at_end: Callable[[], None] | None = None) -> Run:
-    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement. `writers` threads run
-    `write` (default `writer`: the API's statements over SQL); `at_end` is called once every writer
-    is done, before they close their connections and before the drain. However it ends (Ctrl-C too), every
+    """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement (None: none, and
+    no second queue on the broker nor consumer thread in this process that the run's figures would pay for).
+    `writers` threads run `write` (default `writer`: the API's statements over SQL); `at_end` is called once every
+    writer is done, before they close their connections and before the drain. However it ends (Ctrl-C too), every
     thread is stopped and joined before this returns: the databases are dropped after it."""
     write = write or functools.partial(writer, url)
     book, stop, ready = Book(), threading.Event(), threading.Event()
@@ -239,8 +240,9 @@ def run(url: str, amqp: tuple[str, str], authors: int, expected: int, probe_user
         return thread
 
     try:
-        start(listener, *amqp, book, ready, stop)
-        ready.wait(10)
+        if amqp is not None:
+            start(listener, *amqp, book, ready, stop)
+            ready.wait(10)
         total = max(1, due(seconds, rate, 10**9) - 1)
         start(watcher, url, book, expected, probe_user, watch_period, stop)
         started = time.monotonic() + 0.2
