@@ -11,8 +11,9 @@ log = logging.getLogger(__name__)
 
 
 def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "walfeed",
-              options: str | None = None) -> ConnectionPool:
-    """A pool that checks connections on checkout, so a database restart costs one failed query, not a dead pool.
+              options: str | None = None, check: bool = True) -> ConnectionPool:
+    """A pool that checks connections on checkout (one round trip), so a database restart costs no failed query.
+    Unchecked (`check=False`), a connection the restart broke fails its next query and the pool replaces it.
     `options`: server settings for every connection (libpq's options, e.g. "-c plan_cache_mode=...")."""
     kwargs: dict[str, object] = {"row_factory": dict_row}
     if options:
@@ -24,5 +25,5 @@ def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "w
         name=name,
         open=False,
         kwargs=kwargs,
-        check=ConnectionPool.check_connection,
+        check=ConnectionPool.check_connection if check else None,
     )
