@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,10 +64,11 @@ class Limits:
 
 class Session:
     """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
-    returned; it raises pika's errors when the connection is lost (the caller reconnects)."""
+    returned; it raises pika's errors when the connection is lost (the caller reconnects). main.run hands it a
+    connection and thread pools; unit tests hand it services/worker/testing.py's stand-ins."""
 
     def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
-                 batches: ThreadPoolExecutor, large: ThreadPoolExecutor, limits: Limits,
+                 batches: Executor, large: Executor, limits: Limits,
                  stopping: threading.Event) -> None:
         self._conn = connection
         self._topology = topology
