@@ -25,10 +25,6 @@ class Outgoing(NamedTuple, Generic[T]):
     type: str  # the event type, and so the routing key
     timestamp: int
 
-    @property
-    def routing_key(self) -> str:  # bench/relay_throughput.py publishes with it
-        return self.type
-
 
 def outgoing(event: Event, token: T) -> Outgoing[T]:
     return Outgoing(token=token, body=encode(event), message_id=str(event.id), type=event.type,
