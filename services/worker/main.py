@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # nothing ever re-planned them). Planning costs well under a millisecond per statement, a few per batch of 200.
 PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
-_RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
+_RECONNECT_PAUSE = 1.0  # seconds before reconnecting after a loss
 
 
 def run(settings: Settings) -> int:

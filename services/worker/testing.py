@@ -29,8 +29,8 @@ from services.worker import decide, policy
 P = ParamSpec("P")
 R = TypeVar("R")
 
-PRECONDITION_FAILED = 406  # what RabbitMQ closes a channel with on an unknown delivery tag or another declaration
-IDLE_LIMIT = 1000  # idle steps in a row before StubConnection gives up on a session that never stops
+PRECONDITION_FAILED = 406  # RabbitMQ's reply to a bad ack or redeclaration
+IDLE_LIMIT = 1000  # idle steps before giving up on a session that never stops
 
 
 class ManualExecutor(Executor):
@@ -221,7 +221,7 @@ class StubChannel:
             self._broker.queues[name].requeue(message)
 
     def _settled(self, delivery_tag: int, multiple: bool) -> list[int]:
-        if delivery_tag not in self.unacked:  # RabbitMQ closes the channel: a double or a foreign ack is a bug
+        if delivery_tag not in self.unacked:  # RabbitMQ closes the channel on a double or foreign ack
             raise pika.exceptions.ChannelClosedByBroker(
                 PRECONDITION_FAILED, f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
         return [t for t in self.unacked if t <= delivery_tag] if multiple else [delivery_tag]
