@@ -1,6 +1,6 @@
 """The replication stream: psycopg2's LogicalReplicationConnection on the slot, wal2json v2 (thin adapter).
 
-psycopg 3 has no replication protocol support, hence psycopg2 here and only here (docs/adr/0010).
+psycopg 3 has no replication protocol support, hence psycopg2 here and only here (docs/adr/0002).
 """
 
 from __future__ import annotations
