@@ -30,6 +30,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 PRECONDITION_FAILED = 406  # RabbitMQ's reply to a bad ack or redeclaration
+NOT_FOUND = 404  # RabbitMQ's reply to a publish to an undeclared exchange
 IDLE_LIMIT = 1000  # idle steps before giving up on a session that never stops
 
 
@@ -123,6 +124,8 @@ class StubBroker:
                 PRECONDITION_FAILED, f"PRECONDITION_FAILED - inequivalent arg for queue '{name}'")
 
     def route(self, exchange: str, routing_key: str) -> list[Queue]:
+        if exchange not in self.exchanges:
+            raise pika.exceptions.ChannelClosedByBroker(NOT_FOUND, f"NOT_FOUND - no exchange '{exchange}'")
         if exchange == "":
             return [self.queues[routing_key]] if routing_key in self.queues else []
         topic = self.exchanges[exchange] == "topic"
@@ -243,8 +246,9 @@ class StubChannel:
 
 
 class StubConnection:
-    """pika.BlockingConnection in memory. `process_data_events` does one step (see the module docstring); after
-    IDLE_LIMIT idle steps in a row without `on_idle` stopping the session, it raises instead of spinning."""
+    """pika.BlockingConnection in memory, for a session whose pools are ManualExecutors (`workers`).
+    `process_data_events` does one step (see the module docstring); after IDLE_LIMIT idle steps in a row without
+    `on_idle` stopping the session, it raises instead of spinning."""
 
     def __init__(self, broker: StubBroker, workers: Iterable[ManualExecutor] = (),
                  on_idle: Callable[[], None] | None = None) -> None:

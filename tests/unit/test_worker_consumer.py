@@ -76,7 +76,12 @@ class Worker:
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         self.stopping.clear()
         steps = deque([*then, self.stopping.set])
-        self.conn = StubConnection(self.broker, [self.batches, self.large], lambda: steps.popleft()())
+
+        def on_idle() -> None:
+            if steps:  # none left while the stopped session drains
+                steps.popleft()()
+
+        self.conn = StubConnection(self.broker, [self.batches, self.large], on_idle)
         return Session(self.conn, TOPOLOGY, self.processor, self.batches, self.large, self.limits, self.stopping)
 
     def run(self, then: Sequence[Callable[[], None]] = ()) -> StubChannel:

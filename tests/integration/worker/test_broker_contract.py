@@ -4,7 +4,8 @@ the stand-in cannot drift from the real thing.
 
 Topic routing and mandatory returns, prefetch, a requeued message back in its place and marked redelivered, a
 multiple ack, an expired retry copy dead-lettered back to the fan-out queue with `x-death`, the bounded dead queue
-refusing a publish, and a redeclaration with other arguments closing the channel with 406."""
+refusing a publish, a redeclaration with other arguments closing the channel with 406, and a publish to no
+exchange with 404."""
 
 from __future__ import annotations
 
@@ -119,3 +120,8 @@ def test_the_broker_the_session_relies_on(driver: Driver, topology: Topology) ->
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
         broker.declare(conn.channel(), topology, dead_max_length=2)
     assert refused.value.reply_code == 406
+    confirming = conn.channel()
+    confirming.confirm_delivery()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+        confirming.basic_publish(f"{topology.events_exchange}.none", "post.created", b"x", props(), mandatory=True)
+    assert missing.value.reply_code == 404
