@@ -6,7 +6,7 @@ dramatiq's StubBroker are to theirs, and services/cdc_relay/testing.py to the re
 BlockingConnection the consumer uses, and its `process_data_events` does one step at a time: run the callbacks
 handed back by worker threads, else deliver up to the prefetch, else let a `ManualExecutor` run one task (as if its
 thread finished), else call `on_idle`. `FakeEffects` stands for fanout.Effects. Hand them to `consumer.Session`
-as main.run hands it the real ones.
+as main.run hands it the real ones (docs/adr/0025).
 """
 
 from __future__ import annotations
