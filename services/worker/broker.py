@@ -15,7 +15,6 @@ from services.worker import policy
 # the message in the retry queue instead of losing it). Far above what an operator should let pile up: the alert
 # rule in ops/prometheus/alerts.yml fires on the first dead letter.
 DEAD_MAX_LENGTH: Final = 100_000
-PRECONDITION_FAILED: Final = 406  # AMQP reply code of a redeclaration with other arguments
 
 
 def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH) -> dict[str, object]:

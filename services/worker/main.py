@@ -21,7 +21,7 @@ from services.core.amqp import connect_with_retry
 from services.core.db import make_pool
 from services.core.settings import Settings
 from services.core.topology import Topology
-from services.worker import broker, metrics
+from services.worker import metrics
 from services.worker.config import WorkerSettings
 from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # Plan every execution: a prepared statement's generic plan, made on nearly empty tables, kept scanning them whole
 # for the life of the connection (docs/adr/0024).
 PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
+PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
 _RECONNECT_PAUSE = 1.0  # seconds before reconnecting after a loss
 
 
@@ -70,7 +71,7 @@ def run(settings: Settings) -> int:
                 try:
                     session.run()
                 except pika.exceptions.ChannelClosedByBroker as exc:
-                    if exc.reply_code != broker.PRECONDITION_FAILED:
+                    if exc.reply_code != PRECONDITION_FAILED:
                         raise
                     log.error("a queue exists with other arguments than this worker declares (an older walfeed, or "
                               "another WALFEED_WORKER_DEAD_MAX_LENGTH): drain and delete it, or set the setting to "

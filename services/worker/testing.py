@@ -25,11 +25,11 @@ from pika.spec import Basic
 
 from services.core.events import Event
 from services.worker import decide, policy
-from services.worker.broker import PRECONDITION_FAILED
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+PRECONDITION_FAILED = 406  # RabbitMQ's reply to a bad ack or redeclaration
 NOT_FOUND = 404  # RabbitMQ's reply to a publish to an undeclared exchange
 IDLE_LIMIT = 1000  # idle steps before giving up on a session that never stops
 
