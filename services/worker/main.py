@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # for the life of the connection (docs/adr/0024).
 PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
-_RECONNECT_PAUSE = 1.0  # seconds before reconnecting after a loss
+_RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
 
 
 def run(settings: Settings) -> int:
