@@ -33,7 +33,7 @@ RETURNING o.id, o.aggregatetype, o.aggregateid, o.type, o.payload, o.created_at
 # row after our lease ran out (that poller's publish is then a duplicate, which at-least-once allows).
 MARK_PUBLISHED: Final = "UPDATE outbox SET published_at = now() WHERE id = ANY(%(ids)s) AND published_at IS NULL"
 
-Row = tuple[Any, ...]  # a CLAIM row: id, aggregatetype, aggregateid, type, payload, created_at
+Row = tuple[Any, ...]  # (id, aggregatetype, aggregateid, type, payload, created_at), as CLAIM returns it
 
 
 def claim_params(poller: str, limit: int, lease: float) -> dict[str, Any]:
