@@ -31,7 +31,7 @@ def run(settings: Settings, source: str) -> int:
         return 2
     relay_settings = RelaySettings.from_env()
     metrics.serve(relay_settings.metrics_port, relay_settings.metrics_host)
-    if source == "poll":  # the polling outbox relay (docs/adr/0040)
+    if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
         from services.cdc_relay import poll
 
         return poll.run(settings, relay_settings)
