@@ -67,7 +67,7 @@ SLOT_LAG = Gauge("walfeed_relay_slot_lag_bytes", "pg_current_wal_lsn() - confirm
 CONFIRMED_LSN = Gauge("walfeed_relay_confirmed_lsn", "Last WAL position confirmed to Postgres")
 RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lost connection", ["target"])
 for _target in ("postgres", "rabbitmq"):
-    RECONNECTS.labels(_target)  # exported as 0 from the start, for rate() and alerts
+    RECONNECTS.labels(_target)  # exported as 0 from the start, so that rate() and alerts see the series
 
 def serve(port: int, host: str) -> None:
     if port:
