@@ -222,7 +222,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     def fill() -> None:
         nonlocal sent
         while sent < events and len(book) < window:
-            channel.basic_publish(queue.exchange, message.routing_key, message.body, props, mandatory=True)
+            channel.basic_publish(queue.exchange, message.type, message.body, props, mandatory=True)
             book.sent(message.message_id, sent)
             sent += 1
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-MAX_ENTRIES: Final = 10_000  # ~1 MB: far more distinct callers per process and TTL than one process serves
+MAX_ENTRIES: Final = 10_000  # about 1 MB, far above one process's callers per TTL
 
 
 class TokenCache:
@@ -24,7 +24,7 @@ class TokenCache:
         self._clock = clock
         self._entries: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
         self.generation = 0
-        self.live = False  # the listener is connected: every token change reaches forget_user
+        self.live = False  # the listener is connected, so token changes reach forget_user
 
     def get(self, token_hash: bytes) -> int | None:
         """The user id of a token verified less than `ttl` seconds ago, else None."""

@@ -19,7 +19,7 @@ from services.core import backoff
 log = logging.getLogger(__name__)
 
 CHANNEL: Final = "walfeed_token_changed"
-HEALTH_CHECK_SECONDS: Final = 5.0  # a silently dead connection is noticed within this (plus statement_timeout)
+HEALTH_CHECK_SECONDS: Final = 5.0  # a dead connection is noticed within this plus statement_timeout
 
 
 async def listen(url: str, cache: TokenCache, options: str) -> None:

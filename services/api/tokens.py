@@ -7,7 +7,7 @@ import hmac
 import secrets
 from typing import Final
 
-TOKEN_BYTES: Final = 32  # 256 bits of entropy: a hash without salt is enough, nobody can brute-force it
+TOKEN_BYTES: Final = 32  # 256 bits, beyond brute force, so an unsalted hash suffices
 MAX_TOKEN_CHARS: Final = 128  # longer headers are not ours: rejected before hashing
 
 

@@ -26,7 +26,7 @@ class ConfirmBook(Generic[T]):
     def __init__(self) -> None:
         self._next_tag = 1
         self._unconfirmed: dict[int, tuple[str, T]] = {}  # tag -> (message id, item), in tag order
-        self._low = 1  # every tag below it is settled: where a `multiple` ack starts looking
+        self._low = 1  # every tag below it is settled
         self._returned: Counter[str] = Counter()  # message ids returned, waiting for their ack
 
     def __len__(self) -> int:
@@ -50,7 +50,7 @@ class ConfirmBook(Generic[T]):
     def acked(self, tag: int, multiple: bool) -> Outcome[T]:
         outcome: Outcome[T] = Outcome()
         settled = self._settle(tag, multiple)
-        if not self._returned:  # the usual case: nothing came back, every settled item is confirmed
+        if not self._returned:  # the usual case: nothing came back
             outcome.confirmed = [item for _, item in settled]
             return outcome
         for message_id, item in settled:

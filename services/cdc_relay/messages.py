@@ -16,18 +16,14 @@ T = TypeVar("T")
 
 
 class Outgoing(NamedTuple, Generic[T]):
-    """One message to publish. Immutable; a NamedTuple rather than a frozen dataclass because one is built per
-    event and a frozen dataclass's __init__ costs about three times as much."""
+    """One message to publish. Immutable; a NamedTuple, cheaper to build than a frozen dataclass, because one is
+    built per event (docs/adr/0015)."""
 
     token: T
     body: bytes
     message_id: str
     type: str  # the event type, and so the routing key
     timestamp: int
-
-    @property
-    def routing_key(self) -> str:  # bench/relay_throughput.py publishes with it
-        return self.type
 
 
 def outgoing(event: Event, token: T) -> Outgoing[T]:

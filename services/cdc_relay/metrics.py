@@ -12,6 +12,9 @@ import psycopg
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
+from psycopg.rows import TupleRow
+
+from services.core import slots
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +69,6 @@ RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lo
 for _target in ("postgres", "rabbitmq"):
     RECONNECTS.labels(_target)  # exported as 0 from the start, so that rate() and alerts see the series
 
-_LAG = """
-SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = %s
-"""
-
-
 def serve(port: int, host: str) -> None:
     if port:
         start_http_server(port, addr=host)
@@ -90,14 +87,14 @@ class SlotLagProbe(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
-        conn: psycopg.Connection[tuple[int]] | None = None
+        conn: psycopg.Connection[TupleRow] | None = None
         while not self._stop.wait(self._interval):
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self._url, autocommit=True, connect_timeout=3)
-                row = conn.execute(_LAG, (self._slot,)).fetchone()
-                if row is not None and row[0] is not None:
-                    SLOT_LAG.set(row[0])
+                slot = slots.find(conn.cursor(), self._slot)
+                if slot is not None and slot.lag_bytes is not None:
+                    SLOT_LAG.set(slot.lag_bytes)
             except psycopg.Error as exc:
                 log.debug("slot lag probe failed", extra={"error": repr(exc)})
                 if conn is not None:

@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 POLLS = Counter("walfeed_relay_polls_total", "Claim statements run by the polling source")
 EMPTY_POLLS = Counter("walfeed_relay_empty_polls_total", "Claim statements that found nothing to publish")
 
-# What a lost or refused Postgres connection raises: reconnect with backoff.
-ConnectionLost = (psycopg.OperationalError, psycopg.InterfaceError)
+# A lost or refused connection, or a statement the server failed for reasons of its own (shutdown, cancel, lock
+# timeout: psycopg's OperationalError): reconnect with backoff.
+PostgresUnavailable = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 def poller_id() -> str:
@@ -105,7 +106,7 @@ class Poller:
                 try:
                     self._step()
                     attempt = 0
-                except ConnectionLost as exc:
+                except PostgresUnavailable as exc:
                     attempt += 1
                     metrics.RECONNECTS.labels("postgres").inc()
                     wait = backoff.delay(attempt, 0.5, 10.0)
@@ -188,7 +189,7 @@ class Poller:
         marked = self._claims.pending_marks
         try:
             self._mark(stopping=True)
-        except ConnectionLost as exc:
+        except PostgresUnavailable as exc:
             log.warning("could not mark confirmed events: they are published again after their lease",
                         extra={"error": str(exc).strip(), "count": marked})
             marked = 0

@@ -18,7 +18,7 @@ from typing import Final
 
 from services.core.settings import Env
 
-MARK_MIN_GAP: Final = 0.1  # seconds between two "mark published" updates while busy (fewer, larger UPDATEs)
+MARK_MIN_GAP: Final = 0.1  # seconds between two "mark published" updates while busy
 
 
 @dataclass(frozen=True, slots=True)

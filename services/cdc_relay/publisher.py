@@ -207,7 +207,7 @@ class Publisher(Generic[T]):
             if retried:
                 metrics.UNROUTABLE.inc(retried)
                 self._schedule_retry(now)
-        self._publish_available()  # refill the window at once: the broker never waits for a loop to come round
+        self._publish_available()  # refill the window now, not on the next turn of the loop
 
     def _schedule_retry(self, now: float) -> None:
         if self._retry_timer is not None:

@@ -27,7 +27,7 @@ from services.core import backoff
 
 T = TypeVar("T")
 
-RETRY_BASE = 0.2  # seconds: the backoff of a failed message's first retry, doubling up to RETRY_CAP
+RETRY_BASE = 0.2  # seconds before a failed message's first retry, doubling up to RETRY_CAP
 RETRY_CAP = 5.0
 
 

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 READ_BATCH = 500  # messages read before the loop looks at its sockets and timers again
 READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
-TICK = 0.1  # seconds between two looks at the position to confirm (so, between two updates while busy)
+TICK = 0.1  # seconds between two looks at the position to confirm
 
 
 class Stream(Protocol):
@@ -85,7 +85,7 @@ class Relay:
         self._tracker: PositionTracker | None = None
         self._fd = -1
         self._watching = False  # the replication socket is in the loop
-        self._read_soon = False  # a read is scheduled (messages may be buffered in libpq: no socket event)
+        self._read_soon = False  # a read is scheduled (libpq may hold messages the socket does not signal)
         self._attempt = 0  # failed attempts to open the stream in a row
         self._sent = 0  # the position last confirmed to Postgres
         self._last_feedback = 0.0
@@ -205,7 +205,7 @@ class Relay:
         # The session ends: its events not yet published are stale from now on (no duplicates in between).
         self._sessions.end()
         self._publisher.drop_stale()
-        metrics.IN_FLIGHT.set(0)  # what was in flight is Postgres' to send again, not ours to wait for
+        metrics.IN_FLIGHT.set(0)  # Postgres sends what was in flight again
         if self._watching:
             with contextlib.suppress(Exception):
                 self._ioloop.remove_handler(self._fd)

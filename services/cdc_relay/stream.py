@@ -1,6 +1,6 @@
 """The replication stream: psycopg2's LogicalReplicationConnection on the slot, wal2json v2 (thin adapter).
 
-psycopg 3 has no replication protocol support, hence psycopg2 here and only here (docs/adr/0010).
+psycopg 3 has no replication protocol support, hence psycopg2 here and only here (docs/adr/0002).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import psycopg2.errors
 import psycopg2.extras
 
 from services.cdc_relay import wal2json
+from services.core import slots
 
 log = logging.getLogger(__name__)
 
 # The replication session's settings: wal2json prints values with them (the forms wal2json.fast_insert reads).
 SESSION = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
-_SLOT = "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s"
 
 # Every error of the replication connection (psycopg2's base class: InterfaceError and DatabaseError): lost,
 # refused, or the walsender ended the session with an error. The session is over: open a new one with backoff.
@@ -47,13 +47,10 @@ class ReplicationStream:
         conn = psycopg2.connect(database_url, connection_factory=psycopg2.extras.LogicalReplicationConnection,
                                 connect_timeout=5, application_name="walfeed-relay")
         try:
-            cur = conn.cursor()
-            cur.execute(_SLOT, (slot,))
-            row = cur.fetchone()
-            if row is None:
+            found = slots.find(conn.cursor(), slot)
+            if found is None:
                 raise SlotMissing(slot)
-            start_lsn = wal2json.parse_lsn(row[0])
-            stream = cls(conn, start_lsn)
+            stream = cls(conn, wal2json.parse_lsn(found.confirmed_flush_lsn or ""))
             stream._start(slot, status_interval)
             return stream
         except psycopg2.errors.ObjectInUse as exc:

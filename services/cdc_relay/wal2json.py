@@ -53,12 +53,12 @@ class Begin:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    next_lsn: int  # end of the commit record: the position to confirm once the transaction is published
+    next_lsn: int  # the position to confirm once the transaction is published
 
 
 class Insert(NamedTuple):
     """An outbox row, as its AMQP message (docs/events.md). Immutable; a NamedTuple because one is built per
-    event (a frozen dataclass's __init__ costs about three times as much)."""
+    event (docs/adr/0015)."""
 
     event_id: str
     type: str
@@ -152,7 +152,7 @@ def fast_insert(payload: bytes) -> Insert | None:
 _UTC = re.compile(rb"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
 
 
-@functools.lru_cache(maxsize=256)  # created_at is now(), the transaction's start: shared by all its events
+@functools.lru_cache(maxsize=256)  # now(), shared by all events of the transaction
 def _occurred(created: bytes) -> tuple[str, int] | None:
     """A canonical created_at text as (occurred_at of the body, whole seconds since the epoch); None when it is
     not canonical (or not a valid time): the reference path takes it."""

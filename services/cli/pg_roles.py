@@ -35,7 +35,7 @@ FOREIGN_TABLES: Final = """
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND pg_get_userbyid(c.relowner) <> %s
   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))
-"""  # tables, views and free-standing sequences (identity and serial sequences follow their table)
+"""  # tables, views and sequences no table owns
 TABLE_OWNER: Final = sql.SQL("ALTER TABLE {} OWNER TO {}")
 
 

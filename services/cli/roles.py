@@ -25,7 +25,7 @@ AMQP_PROCESSES: Final = ("relay", "worker")  # the api does not talk to the brok
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
 STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
-    "api": "5s",      # request path: single-row writes and index-bounded reads (the pool waits 5 s at most too)
+    "api": "5s",      # single-row writes and index-bounded reads
     "relay": "30s",   # poll claims and marks of one batch; the walsender's stream is not a statement
     "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
 }
@@ -68,8 +68,8 @@ class RoleSettings:
     roles: Roles
     db_passwords: Mapping[str, str]
     amqp_passwords: Mapping[str, str]
-    rabbitmqctl: str  # the command that administers the broker (needs its admin rights), e.g. `sudo rabbitmqctl`
-    management_url: str | None  # RabbitMQ management API with an administrator's credentials, instead of rabbitmqctl
+    rabbitmqctl: str  # the broker's admin command, e.g. `sudo rabbitmqctl`
+    management_url: str | None  # management API URL with admin credentials, instead of rabbitmqctl
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoleSettings:

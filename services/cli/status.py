@@ -12,17 +12,10 @@ import pika
 import pika.exceptions
 import psycopg
 
+from services.core import slots
 from services.core.amqp import parameters
 from services.core.settings import Settings
 from services.core.topology import Topology
-
-SLOT_QUERY = """
-SELECT active, active_pid, confirmed_flush_lsn::text AS confirmed_flush_lsn,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint AS lag_bytes,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_bytes,
-       wal_status
-FROM pg_replication_slots WHERE slot_name = %s
-"""
 
 
 @dataclass(frozen=True)
@@ -48,13 +41,15 @@ class QueueStatus:
 
 def slot_status(settings: Settings) -> SlotStatus:
     try:
-        with psycopg.connect(settings.database_url, connect_timeout=5, row_factory=psycopg.rows.dict_row) as conn:
-            row = conn.execute(SLOT_QUERY, (settings.slot,)).fetchone()
+        with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
+            slot = slots.find(conn.cursor(), settings.slot)
     except psycopg.Error as exc:
         return SlotStatus(settings.slot, exists=False, error=str(exc).strip())
-    if row is None:
+    if slot is None:
         return SlotStatus(settings.slot, exists=False, error="slot missing: run `walfeed migrate`")
-    return SlotStatus(settings.slot, exists=True, **row)
+    return SlotStatus(settings.slot, exists=True, active=slot.active, active_pid=slot.active_pid,
+                      confirmed_flush_lsn=slot.confirmed_flush_lsn, lag_bytes=slot.lag_bytes,
+                      retained_bytes=slot.retained_bytes, wal_status=slot.wal_status)
 
 
 def queue_status(settings: Settings) -> list[QueueStatus]:

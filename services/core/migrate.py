@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psycopg
 
-log = logging.getLogger(__name__)
+from services.core import slots
 
-OUTPUT_PLUGIN = "wal2json"
+log = logging.getLogger(__name__)
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -23,8 +23,6 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 # Serializes concurrent `walfeed migrate` runs on one database.
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('walfeed.migrate'))"
-_SLOT_EXISTS = "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s"
-_CREATE_SLOT = "SELECT lsn FROM pg_create_logical_replication_slot(%s, %s)"
 
 
 class MigrationError(Exception):
@@ -64,18 +62,17 @@ def apply_schema(url: str, role: str | None = None) -> list[str]:
 def ensure_slot(url: str, slot: str) -> bool:
     """Create the wal2json logical slot if it does not exist. Returns True when it was created."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(_SLOT_EXISTS, (slot,)).fetchone()
+        found = slots.find(conn.cursor(), slot)
         dbname = conn.info.dbname
-        if row is not None:
-            plugin, database = row
-            if plugin != OUTPUT_PLUGIN or database != dbname:
+        if found is not None:
+            if found.plugin != slots.OUTPUT_PLUGIN or found.database != dbname:
                 raise MigrationError(
-                    f"replication slot {slot!r} exists for plugin {plugin!r} in database {database!r}; "
-                    f"walfeed needs a {OUTPUT_PLUGIN} slot in {dbname!r}: set WALFEED_SLOT to another name"
+                    f"replication slot {slot!r} exists for plugin {found.plugin!r} in database {found.database!r}; "
+                    f"walfeed needs a {slots.OUTPUT_PLUGIN} slot in {dbname!r}: set WALFEED_SLOT to another name"
                 )
             return False
         try:
-            conn.execute(_CREATE_SLOT, (slot, OUTPUT_PLUGIN))
+            conn.execute(slots.CREATE, (slot, slots.OUTPUT_PLUGIN))
         except psycopg.errors.DuplicateObject:
             return False  # created concurrently by another migrate
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:

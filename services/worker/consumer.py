@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,16 +58,17 @@ class Limits:
     batch_size: int  # most messages applied in one transaction
     batches: int  # batch threads
     prefetch: int  # unacked messages the broker hands this process
-    park_ms: int = 60_000  # how long a dead letter waits in the retry queue when the dead queue is full
+    park_ms: int = 60_000  # a refused dead letter's wait in the retry queue
     dead_max_length: int = broker.DEAD_MAX_LENGTH
 
 
 class Session:
     """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
-    returned; it raises pika's errors when the connection is lost (the caller reconnects)."""
+    returned; it raises pika's errors when the connection is lost (the caller reconnects). main.run hands it a
+    connection and thread pools; unit tests hand it services/worker/testing.py's stand-ins."""
 
     def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
-                 batches: ThreadPoolExecutor, large: ThreadPoolExecutor, limits: Limits,
+                 batches: Executor, large: Executor, limits: Limits,
                  stopping: threading.Event) -> None:
         self._conn = connection
         self._topology = topology
@@ -121,7 +122,7 @@ class Session:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
         try:
             results = self._processor.batch([d.message for d in batch])
-        except Exception:  # a bug of ours: return the messages rather than hold them (and stop) forever
+        except Exception:  # a bug of ours: give the messages back
             log.exception("batch processing failed, returning its messages", extra={"messages": len(batch)})
             results = [_returned(d) for d in batch]
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
@@ -140,7 +141,7 @@ class Session:
     def _hand_back(self, settle: functools.partial[None]) -> None:
         try:
             self._conn.add_callback_threadsafe(settle)
-        except Exception as exc:  # connection gone: the broker redelivers, effects are idempotent
+        except Exception as exc:  # the broker redelivers them
             log.warning("cannot settle, connection lost", extra={"error": repr(exc)})
 
     def _settle_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery],

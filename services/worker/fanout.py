@@ -231,7 +231,7 @@ class Effects:
         try:
             with conn.transaction():
                 trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
-        except psycopg.Error as exc:  # the fan-out is committed: a failed trim must not fail (and redo) it
+        except psycopg.Error as exc:  # a failed trim must not fail the committed fan-out
             log.warning("timeline trim skipped", extra={"error": repr(exc)})
 
 

@@ -30,9 +30,8 @@ from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
 
-# psycopg prepares a statement run 5 times, and Postgres then may keep one generic plan for it: a worker started on
-# nearly empty tables kept sequential-scan plans for the life of its connections (on a server without autovacuum,
-# nothing ever re-planned them). Planning costs well under a millisecond per statement, a few per batch of 200.
+# Plan every execution: a prepared statement's generic plan, made on nearly empty tables, kept scanning them whole
+# for the life of the connection (docs/adr/0024).
 PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 PRECONDITION_FAILED = 406  # AMQP reply code of a redeclaration with other arguments
 _RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)

@@ -86,13 +86,10 @@ class RetryPolicy:
     base: float
     cap: float
 
-    def after_failure(self, attempt: int, reason: str, rand: random.Random | None = None) -> Retry | Dead:
-        """The message failed on try `attempt` (1-based): retry later, or give up into the dead queue."""
-        return self._after(attempt, reason, self.max_attempts, rand)
-
     def after_error(self, attempt: int, exc: BaseException, rand: random.Random | None = None) -> Retry | Dead:
-        """The outcome of a failure by its kind: Poison is dead at once, an Expected failure with a budget of its
-        own gets at most that many tries, anything else the policy's."""
+        """The message failed on try `attempt` (1-based): retry later, or give up into the dead queue. By the
+        failure's kind: Poison is dead at once, an Expected failure with a budget of its own gets at most that many
+        tries, anything else the policy's."""
         if isinstance(exc, Poison):  # its message is the reason, as a malformed message's is
             return Dead(reason_text(exc, with_type=False), attempt)
         reason = reason_text(exc)

@@ -1,10 +1,7 @@
 """The batch worker's pure parts: which events are real, lock order, what to do with a post, ack frames, failure
-budgets, and the processor's isolation of a failing message (with a fake `apply`, no database)."""
+budgets, which database failures blame no message (the processor's in test_worker_processing.py)."""
 
 from __future__ import annotations
-
-import uuid
-from collections.abc import Mapping
 
 import psycopg
 import psycopg_pool
@@ -15,7 +12,6 @@ from hypothesis import strategies as st
 from services.core import events as ev
 from services.worker import decide, fanout, policy
 from services.worker.policy import Dead, Retry, RetryPolicy
-from services.worker.processing import Message, Processor
 
 
 def post_created(post_id: int = 1, author_id: int = 2) -> ev.Event:
@@ -100,61 +96,6 @@ def test_poison_is_dead_at_once_and_an_expected_failure_keeps_to_its_own_budget(
     assert isinstance(outcome, Dead) and outcome.reason.startswith("attempts exhausted: NotVisibleYet: not in outbox")
     assert isinstance(retry.after_error(7, RuntimeError("x")), Retry)
     assert isinstance(RetryPolicy(2, 0.1, 1.0).after_error(2, decide.NotVisibleYet(event)), Dead)
-
-
-class FakeApply:
-    """Applies a batch unless it holds a poison event (then the whole transaction fails, as a SQL error would)."""
-
-    def __init__(self, poison: set[uuid.UUID]) -> None:
-        self.poison = poison
-        self.calls: list[list[uuid.UUID]] = []
-
-    def __call__(self, events: list[ev.Event]) -> Mapping[ev.Event, str | Exception]:
-        self.calls.append([e.id for e in events])
-        if any(e.id in self.poison for e in events):
-            raise ValueError("bigint out of range")
-        return {e: decide.LARGE if e.payload.get("post_id") == 99 else "pushed" for e in events}
-
-
-def test_a_failing_message_is_isolated_and_its_neighbours_are_acked() -> None:
-    good, bad, other = post_created(1), post_created(2), post_created(3)
-    apply = FakeApply({bad.id})
-    processor = Processor(apply, lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
-    messages = [Message(ev.encode(e), None) for e in (good, bad, other)] + [Message(b"{not json", None)]
-    results = processor.batch(messages)
-    assert [type(r.outcome) for r in results] == [policy.Ack, Retry, policy.Ack, Dead]
-    assert apply.calls == [[good.id, bad.id, other.id], [good.id], [bad.id], [other.id]]
-    assert results[1].label == "failed" and results[3].event_type == "malformed"
-
-
-def test_a_large_post_is_handed_on_and_its_continuation_settles_it() -> None:
-    large = post_created(99)
-    processor = Processor(FakeApply(set()), lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
-    result, = processor.batch([Message(ev.encode(large), None)])
-    assert result.outcome == policy.LARGE and result.event == large
-    assert processor.large(Message(ev.encode(large), None), large).outcome == policy.ACK
-
-
-def test_a_duplicate_message_in_one_batch_gets_the_same_outcome() -> None:
-    event = post_created()
-    apply = FakeApply(set())
-    processor = Processor(apply, lambda e: "pushed", RetryPolicy(3, 0.1, 1.0))
-    results = processor.batch([Message(ev.encode(event), None)] * 2)
-    assert [r.outcome for r in results] == [policy.ACK, policy.ACK]
-
-
-def test_a_database_outage_retries_every_message_without_spending_attempts() -> None:
-    events = [post_created(1), post_created(2)]
-
-    def unavailable(batch: list[ev.Event]) -> Mapping[ev.Event, str | Exception]:
-        calls.append(len(batch))
-        raise policy.Unavailable("OperationalError: server closed the connection unexpectedly")
-
-    calls: list[int] = []
-    processor = Processor(unavailable, lambda e: "pushed", RetryPolicy(2, 0.1, 1.0))
-    results = processor.batch([Message(ev.encode(e), {policy.ATTEMPT_HEADER: 2}) for e in events])
-    assert calls == [2]  # not isolated one by one: no message is to blame
-    assert all(isinstance(r.outcome, Retry) and r.outcome.attempt == 2 for r in results)  # attempt 2 of 2: not dead
 
 
 @pytest.mark.parametrize(("error", "unavailable"), [

@@ -18,21 +18,22 @@ def test_failure_before_the_last_attempt_retries_with_the_next_attempt_number_an
     retry = RetryPolicy(max_attempts=5, base=0.5, cap=4.0)
     rand = random.Random(1)
     for attempt in range(1, 5):
-        outcome = retry.after_failure(attempt, "boom", rand)
+        outcome = retry.after_error(attempt, RuntimeError("boom"), rand)
         assert isinstance(outcome, Retry)
-        assert outcome.attempt == attempt + 1 and outcome.reason == "boom"
+        assert outcome.attempt == attempt + 1 and outcome.reason == "RuntimeError: boom"
         assert 1 <= outcome.delay_ms <= min(4000, 500 * 2 ** (attempt - 1))
 
 
 def test_delay_is_capped_for_late_attempts() -> None:
     retry = RetryPolicy(max_attempts=100, base=1.0, cap=2.0)
-    delays = [retry.after_failure(40, "x", random.Random(i)) for i in range(50)]
+    delays = [retry.after_error(40, RuntimeError("x"), random.Random(i)) for i in range(50)]
     assert all(isinstance(d, Retry) and d.delay_ms <= 2000 for d in delays)
 
 
 def test_the_last_attempt_goes_to_the_dead_queue_with_the_count() -> None:
-    assert RetryPolicy(3, 0.1, 1.0).after_failure(3, "boom") == Dead("attempts exhausted: boom", 3)
-    assert isinstance(RetryPolicy(1, 0.1, 1.0).after_failure(1, "boom"), Dead)
+    assert RetryPolicy(3, 0.1, 1.0).after_error(3, RuntimeError("boom")) == Dead(
+        "attempts exhausted: RuntimeError: boom", 3)
+    assert isinstance(RetryPolicy(1, 0.1, 1.0).after_error(1, RuntimeError("boom")), Dead)
 
 
 @pytest.mark.parametrize(("headers", "attempt"), [

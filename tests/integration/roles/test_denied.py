@@ -9,8 +9,8 @@ import pika.exceptions
 import psycopg
 import pytest
 
-from services.cdc_relay import metrics, stream
 from services.cli.roles import RoleSettings
+from services.core import slots
 from services.core.topology import Topology
 from services.worker import broker
 from tests.harness.infra import Infra
@@ -60,12 +60,11 @@ def test_the_database_refuses_what_a_role_does_not_need(role_env: RoleEnv, proce
 
 
 def test_the_relay_role_reads_its_slot_position_and_lag(role_env: RoleEnv, slot_name: str) -> None:
-    """The statements the relay runs beside the stream: the slot lookup of a replication connection and the lag
-    probe (metrics). Both read pg_replication_slots and WAL positions, open to every role."""
+    """The slot lookup the relay runs beside the stream and in its lag probe (services/core/slots.py): it reads
+    pg_replication_slots and WAL positions, open to every role."""
     with psycopg.connect(role_env("relay")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
-        assert conn.execute(stream._SLOT, (slot_name,)).fetchone() is not None
-        lag = conn.execute(metrics._LAG, (slot_name,)).fetchone()
-    assert lag is not None and lag[0] is not None
+        slot = slots.find(conn.cursor(), slot_name)
+    assert slot is not None and slot.lag_bytes is not None
 
 
 def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEnv,
