@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lib import proc  # noqa: E402
+from bench.lib.stats import percentile  # noqa: E402
 from services.api import sql  # noqa: E402
 from services.core.migrate import apply_schema  # noqa: E402
 
@@ -101,13 +102,8 @@ def wait_ready(client: httpx.Client, tries: int = 200) -> None:
         time.sleep(0.05)  # polling for the api to come up
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def ms(values: list[float]) -> str:
-    return f"p50 {statistics.median(values) * 1000:6.2f} ms  p99 {pct(values, 0.99) * 1000:6.2f} ms"
+    return f"p50 {percentile(values, 0.50) * 1000:6.2f} ms  p99 {percentile(values, 0.99) * 1000:6.2f} ms"
 
 
 def signup(client: httpx.Client, handle: str) -> tuple[int, dict[str, str]]:
@@ -132,14 +128,14 @@ def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, s
     pooled: dict[str, list[float]] = {"small": [], "big": []}
     for r in range(rounds):
         lat = post_latency(client, small, big, n)
-        ratios.append(pct(lat["big"], 0.99) / pct(lat["small"], 0.99))
+        ratios.append(percentile(lat["big"], 0.99) / percentile(lat["small"], 0.99))
         print(f"round {r + 1}: 10 followers {ms(lat['small'])} | 100,000 followers {ms(lat['big'])} | "
               f"p99 ratio {ratios[-1]:.2f}")
         for name in pooled:
             pooled[name] += lat[name]
     print(f"POST /v1/posts, 10 followers:      {ms(pooled['small'])}  ({rounds} x {n} requests)")
     print(f"POST /v1/posts, 100,000 followers: {ms(pooled['big'])}")
-    print(f"  pooled p99 ratio {pct(pooled['big'], 0.99) / pct(pooled['small'], 0.99):.2f}; per round "
+    print(f"  pooled p99 ratio {percentile(pooled['big'], 0.99) / percentile(pooled['small'], 0.99):.2f}; per round "
           f"{' '.join(f'{x:.2f}' for x in ratios)}")
     print(f"  p99 ratio big/small = {statistics.median(ratios):.2f} (median of {rounds} rounds; target <= 1.2)")
 

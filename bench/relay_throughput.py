@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lib import proc  # noqa: E402
+from bench.lib.stats import percentile  # noqa: E402
 from services.cdc_relay.confirms import ConfirmBook  # noqa: E402
 from services.cdc_relay.publisher import Outgoing  # noqa: E402
 from services.cdc_relay.relay import outgoing  # noqa: E402
@@ -322,9 +323,9 @@ def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: floa
         consumer.join()
         stop(relay)
         conn.close()
-    lags = sorted((received[i] - t) * 1000 for i, t in committed.items() if i in received)
+    lags = [(received[i] - t) * 1000 for i, t in committed.items() if i in received]
     missing = len(committed) - len(lags)
-    return statistics.median(lags), lags[int(len(lags) * 0.99) - 1], missing
+    return percentile(lags, 0.50), percentile(lags, 0.99), missing
 
 
 def load() -> str:
