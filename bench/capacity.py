@@ -33,7 +33,6 @@ creates is removed at the end, also on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
 import math
@@ -237,8 +236,7 @@ def main() -> int:
     kinds = [k for k in args.kinds.split(",") if k]
     if not steps or not set(kinds) <= set(KINDS) or not kinds:
         parser.error(f"--kinds takes {', '.join(KINDS)}; --steps at least one rate")
-    out = args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-capacity")
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    out = infra.results_folder(args.out, "capacity")
     meta: dict[str, Any] = {"mode": "quick" if args.quick else "full", "nproc": os.cpu_count(),
                             "load_before": entry.load_avg(), "steps": steps, "seconds": seconds, "drain": drain,
                             "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings()}

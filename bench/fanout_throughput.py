@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import signal
 import statistics
 import subprocess
@@ -256,8 +255,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
     k = args.processes
-    logs = (args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-fanout")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = infra.results_folder(args.out, "fanout") / "logs"
     print(f"worker logs in {logs}", flush=True)
     with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
         url = res.seeded_databases(["fanout"], SEEDED, SMALL)["fanout"]

@@ -21,7 +21,6 @@ also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -218,8 +217,7 @@ def main() -> int:
     mode = QUICK if args.quick else FULL
     if args.reps:
         mode = Mode(mode.name, mode.rates, mode.seconds, args.reps, mode.idle, mode.drain)
-    out = args.out or ROOT / "bench" / "results" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    out = infra.results_folder(args.out)
     sources = infra.SOURCES
     progress = Progress(plan(mode, sources, not args.skip_scripts))
     meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": entry.load_avg(),

@@ -8,6 +8,7 @@ on Ctrl-C) stops the processes it started, deletes the AMQP names and drops the 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import os
 import subprocess
@@ -118,8 +119,8 @@ def drop_database(name: str) -> None:
     resources.drop_database(INFRA, name)
 
 
-def delete_amqp(prefix: str) -> None:
-    resources.delete_amqp_names(AMQP, Topology(prefix), [])
+def delete_amqp(prefix: str, queues: list[str]) -> None:
+    resources.delete_amqp_names(AMQP, Topology(prefix), queues)
 
 
 def declare_amqp(prefix: str) -> None:
@@ -129,6 +130,14 @@ def declare_amqp(prefix: str) -> None:
         broker.declare(conn.channel(), Topology(prefix))
     finally:
         conn.close()
+
+
+def results_folder(out: Path | None, kind: str = "") -> Path:
+    """`out`, or bench/results/<timestamp>[-<kind>]; with its logs/ subfolder created."""
+    folder = out or ROOT / "bench" / "results" / "-".join(filter(None, [dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
+                                                                        kind]))
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def passthrough(env: Mapping[str, str]) -> dict[str, str]:
@@ -163,7 +172,7 @@ class Resources:
     def __init__(self, tag: str, log_dir: Path) -> None:
         self.tag, self.log_dir = tag, log_dir
         self.databases: list[str] = []
-        self.prefixes: list[str] = []
+        self.prefixes: dict[str, list[str]] = {}  # prefix -> queues declared under it beyond the topology's
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Resources:
@@ -174,13 +183,25 @@ class Resources:
         (other suites on this machine restart Postgres and RabbitMQ); what still fails is named on stderr."""
         self.stop_all()
         removals: list[tuple[str, Callable[[], None]]] = [
-            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p)) for p in self.prefixes),
+            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p, q)) for p, q in self.prefixes.items()),
             *((f"database {d}", functools.partial(drop_database, d)) for d in self.databases)]
         for what, remove in removals:
             try:
                 eventually(functools.partial(_done, remove), timeout=60, interval=0.5, what=f"removing {what}")
             except AssertionError as exc:
                 print(f"bench clean-up: could not remove {what}: {exc.__cause__!r}; remove it by hand", file=sys.stderr)
+
+    def database(self, name: str) -> str:
+        """An empty database with the schema applied. Returns its URL."""
+        full = self._database_name(name)
+        self.databases.append(full)
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(full)))
+        apply_schema(db_url(full))
+        return db_url(full)
+
+    def _database_name(self, name: str) -> str:
+        return f"walfeed_bench_e2e_{self.tag}_{name}".replace("-", "_")
 
     def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
         """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
@@ -196,7 +217,7 @@ class Resources:
         urls = {}
         with admin() as conn:
             for name in names:
-                full = f"walfeed_bench_e2e_{self.tag}_{name}".replace("-", "_")
+                full = self._database_name(name)
                 self.databases.append(full)
                 conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(full),
                                                                              sql.Identifier(template)))
@@ -208,11 +229,21 @@ class Resources:
         ensure_slot(url, slot)
         return slot
 
-    def prefix(self, name: str) -> str:
+    def prefix(self, name: str, declare: bool = True) -> str:
+        """An AMQP prefix of this run, with the worker's topology declared unless `declare` is false (a bench that
+        counts what a publisher sends with an observer queue alone: no fan-out queue taking a copy)."""
         prefix = f"wfbench_{self.tag}_{name}".replace("-", "_")
-        self.prefixes.append(prefix)
-        declare_amqp(prefix)
+        self.prefixes[prefix] = []
+        if declare:
+            declare_amqp(prefix)
         return prefix
+
+    def observer(self, prefix: str, durable: bool = True) -> str:
+        """A queue `{prefix}.test.bench` bound to every event on the prefix's events exchange (the test harness's
+        observer), deleted with the prefix. Returns its name."""
+        queue = resources.declare_observer(AMQP, Topology(prefix), "bench", durable=durable)
+        self.prefixes[prefix].append(queue)
+        return queue
 
     def start(self, log_name: str, args: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
