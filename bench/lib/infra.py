@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import httpx
 import pika
 import psycopg
 from psycopg import sql
@@ -138,6 +139,12 @@ def results_folder(out: Path | None, kind: str = "") -> Path:
                                                                         kind]))
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def wait_ready(client: httpx.Client, timeout: float = 60.0) -> None:
+    """Until the api at the client's base URL answers /readyz with 200; AssertionError after `timeout`."""
+    eventually(lambda: client.get("/readyz").status_code == 200, timeout=timeout,
+               what=f"the api at {client.base_url} to answer /readyz")
 
 
 def passthrough(env: Mapping[str, str]) -> dict[str, str]:

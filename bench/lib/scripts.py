@@ -33,7 +33,7 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
 ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
 TIMEOUTS = {"capacity": (240.0, 480.0)}  # scripts that take longer than TIMEOUT
-OUT = {"capacity", "fanout"}  # scripts that write a results folder of their own (--out): a subfolder of run_all's
+OUT = {"capacity", "fanout", "relay", "api"}  # scripts with a results folder of their own (--out): run_all's subfolder
 CLEANUP = 60.0  # seconds a script may take to clean up after its SIGINT: then SIGKILL
 
 
