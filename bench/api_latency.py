@@ -1,6 +1,6 @@
 """API benchmark: constant-cost writes, throughput against the bare database, timeline reads.
 
-    .venv/bin/python bench/api_latency.py [--requests 300] [--seconds 6] [--clients 16] [--out DIR]
+    .venv/bin/python -m bench.api_latency [--requests 300] [--seconds 6] [--clients 16] [--out DIR]
 
 Creates its own database (bench/lib/infra.py, on WALFEED_BENCH_PG_URL; dropped at the end, also on Ctrl-C),
 starts the real `walfeed api` process on a free port (its log in <--out>/logs), and measures in one run:
@@ -35,13 +35,10 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import entry, infra, proc  # noqa: E402
-from bench.lib.stats import percentile  # noqa: E402
-from services.api import sql  # noqa: E402
-from tests.harness.processes import free_port  # noqa: E402
+from bench.lib import entry, infra, proc
+from bench.lib.stats import percentile
+from services.api import sql
+from tests.harness.processes import free_port
 
 SETUP = """
 -- 100,000 followers for 'big', 10 for 'small'; 'reader' follows 500 authors, 20 of them celebrities.

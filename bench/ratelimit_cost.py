@@ -1,6 +1,6 @@
 """What the rate limiter costs per request (ADR 0033).
 
-    .venv/bin/python bench/ratelimit_cost.py [--requests 2000] [--rounds 5] [--out DIR]
+    .venv/bin/python -m bench.ratelimit_cost [--requests 2000] [--rounds 5] [--out DIR]
 
 Creates its own database (bench/lib/infra.py; dropped at the end, also on Ctrl-C), then measures:
 1. the limiter's statement (sql.RATE_LIMIT_HIT) on one async connection, against `SELECT 1` on the same one
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,13 +21,10 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import entry, infra  # noqa: E402
-from bench.lib.stats import percentile  # noqa: E402
-from services.api import sql  # noqa: E402
-from tests.harness.processes import free_port  # noqa: E402
+from bench.lib import entry, infra
+from bench.lib.stats import percentile
+from services.api import sql
+from tests.harness.processes import free_port
 
 
 async def statements(url: str, n: int, rounds: int) -> None:

@@ -13,7 +13,7 @@
 
 Creates its own database, slot and AMQP names (bench/lib/infra.py, on WALFEED_BENCH_PG_URL and
 WALFEED_BENCH_AMQP_URL) and removes them, also on Ctrl-C; the relay's log goes to <--out>/logs. Usage:
-    .venv/bin/python bench/relay_throughput.py [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
+    .venv/bin/python -m bench.relay_throughput [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
                                                [--out DIR]
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -34,16 +33,13 @@ from typing import Any
 import pika
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import entry, infra, proc  # noqa: E402
-from bench.lib.stats import percentile  # noqa: E402
-from services.cdc_relay.confirms import ConfirmBook  # noqa: E402
-from services.cdc_relay.publisher import Outgoing  # noqa: E402
-from services.cdc_relay.relay import outgoing  # noqa: E402
-from services.core.events import Event  # noqa: E402
-from services.core.topology import Topology  # noqa: E402
+from bench.lib import entry, infra, proc
+from bench.lib.stats import percentile
+from services.cdc_relay.confirms import ConfirmBook
+from services.cdc_relay.publisher import Outgoing
+from services.cdc_relay.relay import outgoing
+from services.core.events import Event
+from services.core.topology import Topology
 
 INSERT = """
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
