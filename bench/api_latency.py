@@ -31,6 +31,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psycopg
@@ -112,8 +113,8 @@ class _KeepAlive(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a TCP transport (uvloop's is no subclass)
-        transport.write(self.request)
+        self.transport = cast(asyncio.Transport, transport)  # a TCP transport (uvloop's is no subclass)
+        self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -267,7 +268,7 @@ def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[
     scroll: list[float] = []
     cursor, pages = None, 0
     while pages < 60:
-        params: dict[str, object] = {"limit": 20, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"limit": 20, **({"cursor": cursor} if cursor else {})}
         started = time.perf_counter()
         page = client.get("/v1/timeline", params=params, headers=auth).json()
         scroll.append(time.perf_counter() - started)
@@ -313,7 +314,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
         small_id, small = signup(client, "small")
         reader_id, reader = signup(client, "reader")
         with psycopg.connect(url, autocommit=True) as conn:  # several statements: client-side binding
-            psycopg.ClientCursor(conn).execute(SETUP, {"big": big_id, "small": small_id, "reader": reader_id})  # type: ignore[arg-type]
+            psycopg.ClientCursor(conn).execute(SETUP, {"big": big_id, "small": small_id, "reader": reader_id})
         print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
               f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
 

@@ -41,7 +41,7 @@ import pika
 import psycopg
 
 from bench.lib import e2e, entry, infra
-from services.cdc_relay.publisher import EventProperties
+from services.cdc_relay.messages import EventProperties
 from services.core import events as ev
 from services.core.topology import Topology
 

@@ -36,8 +36,7 @@ import psycopg
 from bench.lib import entry, infra, proc
 from bench.lib.stats import percentile
 from services.cdc_relay.confirms import ConfirmBook
-from services.cdc_relay.publisher import Outgoing
-from services.cdc_relay.relay import outgoing
+from services.cdc_relay.messages import Outgoing, outgoing
 from services.core.events import Event
 from services.core.topology import Topology
 
@@ -155,7 +154,7 @@ def relay_run(res: infra.Resources, url: str, env: dict[str, str], queue: Queue,
         res.stop(relay)
 
 
-def sample_message() -> Outgoing:
+def sample_message() -> Outgoing[int]:
     event = Event.new("post.created", 12345, {"post_id": 12345, "author_id": 1})
     return outgoing(event, 0)
 
@@ -172,6 +171,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     sent = 0
     started = cpu0 = 0.0
     channel: Any = None
+    conn: pika.SelectConnection  # opened below, before its IOLoop runs any of these callbacks
     machine: MachineCpu | None = None
     result: Run | None = None
     failed: object = None  # why the run ended before every message was confirmed

@@ -3,6 +3,7 @@ draft-ietf-httpapi-ratelimit-headers fields, counted in Postgres so they hold ac
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from collections.abc import Iterator
@@ -29,6 +30,10 @@ def limited(settings: Settings) -> Iterator[httpx.Client]:
                       write_limit=Quota("write", 3, 60))
     with serve(create_app(settings, api)) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
+
+
+def _ready(base: str) -> bool:
+    return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
 
 
 def signup(client: httpx.Client, handle: str, address: str = "203.0.113.7") -> httpx.Response:
@@ -89,8 +94,7 @@ def test_limits_hold_across_api_processes(processes: Processes) -> None:
     apis = [processes.start(f"api{i}", "api", "--port", str(port), env=env) for i, port in enumerate(ports)]
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     for base in bases:
-        eventually(lambda b=base: httpx.get(f"{b}/readyz", timeout=5).status_code == 200, timeout=60,
-                   what="api ready")
+        eventually(functools.partial(_ready, base), timeout=60, what="api ready")
     # Alternating between the processes: one limit, not one per process.
     signups = [httpx.post(f"{bases[i % 2]}/v1/users", json={"handle": f"p{i}"}, timeout=10) for i in range(6)]
     assert [r.status_code for r in signups] == [201] * 4 + [429] * 2

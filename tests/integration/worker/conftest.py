@@ -54,7 +54,7 @@ def drained(channel: pika.adapters.blocking_connection.BlockingChannel, topology
 
 def dead_letters(channel: pika.adapters.blocking_connection.BlockingChannel,
                  topology: Topology) -> list[tuple[pika.BasicProperties, bytes]]:
-    out = []
+    out: list[tuple[pika.BasicProperties, bytes]] = []
     while True:
         method, props, body = channel.basic_get(topology.dead_queue, auto_ack=True)
         if method is None:

@@ -10,6 +10,7 @@ from typing import Any
 import pika
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 from psycopg_pool import ConnectionPool
 
 from services.core import events as ev
@@ -26,7 +27,6 @@ from tests.integration.worker.test_worker_process import _settle_and_stop
 
 pytestmark = pytest.mark.integration
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 Conn = psycopg.Connection[Any]
 
 

@@ -10,6 +10,7 @@ import orjson
 import pika
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core import events as ev
 from services.core.topology import Topology
@@ -21,7 +22,6 @@ from tests.integration.worker.conftest import WORKER_ENV, dead_letters, drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 
 
 def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology, timeout: float = 120) -> None:
