@@ -212,12 +212,8 @@ class Resources:
 
     def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
         """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
-        template = f"walfeed_bench_e2e_{self.tag}_tpl"
-        self.databases.append(template)
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
-        apply_schema(db_url(template))
-        with psycopg.connect(db_url(template), autocommit=True) as conn:
+        template_url, template = self.database("tpl"), self._database_name("tpl")
+        with psycopg.connect(template_url, autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"authors": authors, "fans": authors * per_author,
                                                       "per_author": per_author, "history": HISTORY})
             check_plans(conn)
