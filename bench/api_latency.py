@@ -39,7 +39,7 @@ import psycopg
 from bench.lib import entry, infra, proc
 from bench.lib.stats import percentile
 from services.api import sql
-from tests.harness.processes import free_port
+from testkit.processes import free_port
 
 SETUP = """
 -- 100,000 followers for 'big', 10 for 'small'; 'reader' follows 500 authors, 20 of them celebrities.

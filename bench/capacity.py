@@ -54,8 +54,8 @@ from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR, last_follower
 from bench.run_all import process_env as pipeline_env
-from tests.harness.processes import free_port
-from tests.harness.waiting import eventually
+from testkit.processes import free_port
+from testkit.waiting import eventually
 
 STEPS = (250, 500, 1000, 2000, 4000)
 QUICK_STEPS = (250, 1000, 2000)

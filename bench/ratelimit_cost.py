@@ -24,7 +24,7 @@ import psycopg
 from bench.lib import entry, infra
 from bench.lib.stats import percentile
 from services.api import sql
-from tests.harness.processes import free_port
+from testkit.processes import free_port
 
 
 async def statements(url: str, n: int, rounds: int) -> None:

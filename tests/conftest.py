@@ -1,4 +1,4 @@
-"""Fixtures of the walfeed test harness. See tests/harness/ for the pieces.
+"""Fixtures of the walfeed test harness. See testkit/ for the pieces.
 
 Per test: `walfeed_env` gives a fresh database (schema + its own wal2json slot) and its own AMQP prefix;
 `processes` starts real `walfeed` subprocesses with that environment and kills leftovers at teardown.
@@ -13,10 +13,10 @@ import pytest
 
 from services.core.settings import Settings
 from services.core.topology import Topology
-from tests.harness import infra as infra_mod
-from tests.harness import resources
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes
+from testkit import infra as infra_mod
+from testkit import resources
+from testkit.infra import Infra
+from testkit.processes import Processes
 
 
 @pytest.fixture(scope="session")

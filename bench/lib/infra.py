@@ -26,9 +26,9 @@ from psycopg import sql
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
 from services.worker import broker
-from tests.harness import resources
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit import resources
+from testkit.infra import Infra
+from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -26,15 +26,15 @@ import psycopg
 import pytest
 
 from services.core.topology import Topology
+from testkit.infra import Infra
+from testkit.processes import Processes, free_port
+from testkit.proxy import TcpProxy
+from testkit.resources import declare_observer
+from testkit.waiting import eventually
 from tests.chaos.check import TimelineDiff, classify_delivery, diff_timelines, expected_timelines
 from tests.chaos.faults import NORMAL_WATERMARK, Targets, _run
 from tests.chaos.schedule import FAULTS, make_schedule
 from tests.chaos.workload import Account, Acknowledged, client, sign_up
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes, free_port
-from tests.harness.proxy import TcpProxy
-from tests.harness.resources import declare_observer
-from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 

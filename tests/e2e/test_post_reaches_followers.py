@@ -8,8 +8,8 @@ import signal
 import httpx
 import pytest
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

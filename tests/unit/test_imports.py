@@ -1,7 +1,7 @@
 """Which part of the repository may import which: the dependencies run one way.
 
 services/ imports nothing of the tests, the benchmarks or their fixtures. The fixtures that tests and benchmarks
-share (tests/harness/) import services only: tests/ and bench/ both import them, never the other way round.
+share (testkit/) import services only: tests/ and bench/ both import them, never the other way round.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from tests.unit.environment import ROOT
 
-SHARED_FIXTURES = "tests.harness"
+SHARED_FIXTURES = "testkit"
 
 
 def imported(path: Path) -> Iterator[str]:
@@ -34,7 +34,7 @@ def offending(folder: str, forbidden: set[str], allowed: str = "") -> list[str]:
 
 @pytest.mark.parametrize(("folder", "forbidden", "allowed"), [
     ("services", {"tests", "bench", SHARED_FIXTURES.split(".")[0]}, ""),
-    ("tests/harness", {"tests", "bench"}, SHARED_FIXTURES),  # its own modules
+    ("testkit", {"tests", "bench"}, SHARED_FIXTURES),  # its own modules
     ("bench", {"tests"}, SHARED_FIXTURES),
 ])
 def test_imports_run_one_way(folder: str, forbidden: set[str], allowed: str) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.proxy import TcpProxy
+from testkit.proxy import TcpProxy
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
 from services.core.settings import Settings
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.integration.api.conftest import serve
 
 pytestmark = pytest.mark.integration

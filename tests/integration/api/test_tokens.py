@@ -11,8 +11,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.integration.api.conftest import SignUp
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,8 @@ from services.worker import policy
 from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
 from services.worker.processing import Message, Processor, Result
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import dead_letters, drained
 

@@ -16,7 +16,7 @@ from services.core.db import make_pool
 from services.core.feed import BACKFILL_LIMIT
 from services.worker import decide, fanout
 from services.worker.fanout import Effects
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.worker import world
 
 pytestmark = pytest.mark.integration

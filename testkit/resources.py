@@ -13,7 +13,7 @@ from psycopg import sql
 
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 
 
 def unique(prefix: str) -> str:
