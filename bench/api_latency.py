@@ -1,9 +1,9 @@
 """API benchmark: constant-cost writes, throughput against the bare database, timeline reads.
 
-    .venv/bin/python bench/api_latency.py [--requests 300] [--seconds 6] [--clients 16]
+    .venv/bin/python -m bench.api_latency [--requests 300] [--seconds 6] [--clients 16] [--out DIR]
 
-Creates its own database (dropped at the end) on WALFEED_BENCH_PG_URL (default: the local superuser), starts
-the real `walfeed api` process on a free port, and measures in one run:
+Creates its own database (bench/lib/infra.py, on WALFEED_BENCH_PG_URL; dropped at the end, also on Ctrl-C),
+starts the real `walfeed api` process on a free port (its log in <--out>/logs), and measures in one run:
 
 1. POST /v1/posts p50/p99 for an author with 10 followers and one with 100,000 (interleaved requests), in
    --rounds rounds of --requests each: the ratio of the p99s, per round, and its median (must be <= 1.2). One
@@ -21,32 +21,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import resource
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import proc  # noqa: E402
-from services.api import sql  # noqa: E402
-from services.core.migrate import apply_schema  # noqa: E402
-
-ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+from bench.lib import entry, infra, proc
+from bench.lib.stats import percentile
+from services.api import sql
+from testkit.processes import free_port
 
 SETUP = """
 -- 100,000 followers for 'big', 10 for 'small'; 'reader' follows 500 authors, 20 of them celebrities.
@@ -71,43 +64,8 @@ UPDATE users SET timeline_floor = (SELECT min(post_id) FROM timelines WHERE user
 ANALYZE;
 """
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def bench_database() -> Iterator[str]:
-    """A new empty database on ADMIN's server, dropped at exit; yields its URL."""
-    name = f"walfeed_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]  # generated name
-    try:
-        yield psycopg.conninfo.make_conninfo(ADMIN, dbname=name)
-    finally:
-        with psycopg.connect(ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
-
-
-def wait_ready(client: httpx.Client, tries: int = 200) -> None:
-    """Until the api at the client's base URL answers /readyz (or `tries` polls have passed)."""
-    for _ in range(tries):
-        try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)  # polling for the api to come up
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def ms(values: list[float]) -> str:
-    return f"p50 {statistics.median(values) * 1000:6.2f} ms  p99 {pct(values, 0.99) * 1000:6.2f} ms"
+    return f"p50 {percentile(values, 0.50) * 1000:6.2f} ms  p99 {percentile(values, 0.99) * 1000:6.2f} ms"
 
 
 def signup(client: httpx.Client, handle: str) -> tuple[int, dict[str, str]]:
@@ -132,14 +90,14 @@ def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, s
     pooled: dict[str, list[float]] = {"small": [], "big": []}
     for r in range(rounds):
         lat = post_latency(client, small, big, n)
-        ratios.append(pct(lat["big"], 0.99) / pct(lat["small"], 0.99))
+        ratios.append(percentile(lat["big"], 0.99) / percentile(lat["small"], 0.99))
         print(f"round {r + 1}: 10 followers {ms(lat['small'])} | 100,000 followers {ms(lat['big'])} | "
               f"p99 ratio {ratios[-1]:.2f}")
         for name in pooled:
             pooled[name] += lat[name]
     print(f"POST /v1/posts, 10 followers:      {ms(pooled['small'])}  ({rounds} x {n} requests)")
     print(f"POST /v1/posts, 100,000 followers: {ms(pooled['big'])}")
-    print(f"  pooled p99 ratio {pct(pooled['big'], 0.99) / pct(pooled['small'], 0.99):.2f}; per round "
+    print(f"  pooled p99 ratio {percentile(pooled['big'], 0.99) / percentile(pooled['small'], 0.99):.2f}; per round "
           f"{' '.join(f'{x:.2f}' for x in ratios)}")
     print(f"  p99 ratio big/small = {statistics.median(ratios):.2f} (median of {rounds} rounds; target <= 1.2)")
 
@@ -155,8 +113,8 @@ class _KeepAlive(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a TCP transport (uvloop's is no subclass)
-        transport.write(self.request)
+        self.transport = cast(asyncio.Transport, transport)  # a TCP transport (uvloop's is no subclass)
+        self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -310,7 +268,7 @@ def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[
     scroll: list[float] = []
     cursor, pages = None, 0
     while pages < 60:
-        params: dict[str, object] = {"limit": 20, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"limit": 20, **({"cursor": cursor} if cursor else {})}
         started = time.perf_counter()
         page = client.get("/v1/timeline", params=params, headers=auth).json()
         scroll.append(time.perf_counter() - started)
@@ -333,54 +291,48 @@ def main() -> int:
     parser.add_argument("--only", choices=["latency", "throughput", "timeline"], help="run one part only")
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
                                                           "run; collapsed stacks to FILE")
+    parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-api)")
     args = parser.parse_args()
+    logs = infra.results_folder(args.out, "api") / "logs"
+    print(f"api log in {logs}", flush=True)
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        return run(res, args)
 
-    with bench_database() as url:
-        return run(url, args)
 
-
-def run(url: str, args: argparse.Namespace) -> int:
+def run(res: infra.Resources, args: argparse.Namespace) -> int:
+    url = res.database("api")
     port = free_port()
-    env = {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
+    env = {"WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
            "WALFEED_API_WORKERS": str(args.workers),
            # the write path itself, without the limiter's statement (its cost: bench/ratelimit_cost.py, ADR 0033)
            "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0"}
-    api: subprocess.Popen[bytes] | None = None
-    try:
-        apply_schema(url)
-        api = subprocess.Popen([sys.executable, "-m", "services.cli", "api", "--port", str(port)], env=env,
-                               cwd=ROOT, stdin=subprocess.DEVNULL)
-        base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=30) as client:
-            wait_ready(client)
-            big_id, big = signup(client, "big")
-            small_id, small = signup(client, "small")
-            reader_id, reader = signup(client, "reader")
-            with psycopg.connect(url, autocommit=True) as conn:  # several statements: client-side binding
-                psycopg.ClientCursor(conn).execute(SETUP, {"big": big_id, "small": small_id, "reader": reader_id})  # type: ignore[arg-type]
-            print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
-                  f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
+    api = res.start("api", ["api", "--port", str(port)], env)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        infra.wait_ready(client)
+        big_id, big = signup(client, "big")
+        small_id, small = signup(client, "small")
+        reader_id, reader = signup(client, "reader")
+        with psycopg.connect(url, autocommit=True) as conn:  # several statements: client-side binding
+            psycopg.ClientCursor(conn).execute(SETUP, {"big": big_id, "small": small_id, "reader": reader_id})
+        print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
+              f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
 
-            print(f"api: {args.workers} worker process(es), pool {args.pool} each; {args.clients} HTTP clients")
-            if args.only in (None, "latency"):
-                post_latency(client, small, big, 30)  # warm-up
-                latency_rounds(client, small, big, args.requests, args.rounds)
-            if args.only in (None, "throughput"):
-                authors = [signup(client, f"w{i}")[1] for i in range(args.clients)]
-                throughput(port, api.pid, url, authors, args)
-                if args.profile:
-                    profile(port, api.pid, post_requests(authors), args)
-            if args.only in (None, "timeline"):
-                first, scroll, pages = timeline_reads(client, reader, 200)
-                print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")
-                print(f"GET /v1/timeline scrolling {pages} pages (crosses the floor):  {ms(scroll)}")
-    finally:
-        if api is not None:
-            api.send_signal(signal.SIGTERM)
-            api.wait(30)
+        print(f"api: {args.workers} worker process(es), pool {args.pool} each; {args.clients} HTTP clients")
+        if args.only in (None, "latency"):
+            post_latency(client, small, big, 30)  # warm-up
+            latency_rounds(client, small, big, args.requests, args.rounds)
+        if args.only in (None, "throughput"):
+            authors = [signup(client, f"w{i}")[1] for i in range(args.clients)]
+            throughput(port, api.pid, url, authors, args)
+            if args.profile:
+                profile(port, api.pid, post_requests(authors), args)
+        if args.only in (None, "timeline"):
+            first, scroll, pages = timeline_reads(client, reader, 200)
+            print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")
+            print(f"GET /v1/timeline scrolling {pages} pages (crosses the floor):  {ms(scroll)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

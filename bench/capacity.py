@@ -1,6 +1,6 @@
 """Capacity: offered load in steps through the real pipeline, up to the knee (issue 12).
 
-    .venv/bin/python bench/capacity.py [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
+    .venv/bin/python -m bench.capacity [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
                                        [--kinds sql,http] [--quick] [--out DIR]
 
 Two pipelines run side by side, each on its own database (seeded: 100 authors with 10 followers each, and a
@@ -33,7 +33,6 @@ creates is removed at the end, also on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
 import math
@@ -51,15 +50,12 @@ from typing import Any
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats  # noqa: E402
-from bench.lib.report import fmt  # noqa: E402
-from bench.run_all import AUTHORS, PER_AUTHOR, last_follower  # noqa: E402
-from bench.run_all import process_env as pipeline_env  # noqa: E402
-from tests.harness.processes import free_port  # noqa: E402
-from tests.harness.waiting import eventually  # noqa: E402
+from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats
+from bench.lib.report import fmt
+from bench.run_all import AUTHORS, PER_AUTHOR, last_follower
+from bench.run_all import process_env as pipeline_env
+from testkit.processes import free_port
+from testkit.waiting import eventually
 
 STEPS = (250, 500, 1000, 2000, 4000)
 QUICK_STEPS = (250, 1000, 2000)
@@ -239,8 +235,7 @@ def main() -> int:
     kinds = [k for k in args.kinds.split(",") if k]
     if not steps or not set(kinds) <= set(KINDS) or not kinds:
         parser.error(f"--kinds takes {', '.join(KINDS)}; --steps at least one rate")
-    out = args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-capacity")
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    out = infra.results_folder(args.out, "capacity")
     meta: dict[str, Any] = {"mode": "quick" if args.quick else "full", "nproc": os.cpu_count(),
                             "load_before": entry.load_avg(), "steps": steps, "seconds": seconds, "drain": drain,
                             "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings()}

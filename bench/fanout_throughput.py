@@ -1,6 +1,6 @@
 """Fan-out throughput: `walfeed worker` processes vs the design-independent ceiling, side by side in one run.
 
-    .venv/bin/python bench/fanout_throughput.py [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
+    .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
 
 The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import signal
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -42,13 +40,10 @@ from typing import Any
 import pika
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.lib import e2e, entry, infra  # noqa: E402
-from services.cdc_relay.publisher import EventProperties  # noqa: E402
-from services.core import events as ev  # noqa: E402
-from services.core.topology import Topology  # noqa: E402
+from bench.lib import e2e, entry, infra
+from services.cdc_relay.messages import EventProperties
+from services.core import events as ev
+from services.core.topology import Topology
 
 Conn = psycopg.Connection[Any]
 Post = tuple[int, int]  # (post id, author id)
@@ -256,8 +251,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
     k = args.processes
-    logs = (args.out or ROOT / "bench" / "results" / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-fanout")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = infra.results_folder(args.out, "fanout") / "logs"
     print(f"worker logs in {logs}", flush=True)
     with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
         url = res.seeded_databases(["fanout"], SEEDED, SMALL)["fanout"]

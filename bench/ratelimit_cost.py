@@ -1,8 +1,8 @@
 """What the rate limiter costs per request (ADR 0033).
 
-    .venv/bin/python bench/ratelimit_cost.py [--requests 2000] [--rounds 5]
+    .venv/bin/python -m bench.ratelimit_cost [--requests 2000] [--rounds 5] [--out DIR]
 
-Creates its own database (dropped at the end), then measures:
+Creates its own database (bench/lib/infra.py; dropped at the end, also on Ctrl-C), then measures:
 1. the limiter's statement (sql.RATE_LIMIT_HIT) on one async connection, against `SELECT 1` on the same one
    (the bare round trip), interleaved in rounds: microseconds per statement;
 2. POST /v1/posts through two real `walfeed api` processes on the same database, one with the write limit on
@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.api_latency import bench_database, free_port, wait_ready  # noqa: E402
-from services.api import sql  # noqa: E402
-from services.core.migrate import apply_schema  # noqa: E402
+from bench.lib import entry, infra
+from bench.lib.stats import percentile
+from services.api import sql
+from testkit.processes import free_port
 
 
 async def statements(url: str, n: int, rounds: int) -> None:
@@ -65,37 +60,33 @@ def posts(bases: list[str], n: int) -> None:
             if i >= 100:
                 latencies[which].append((time.perf_counter() - started) * 1e3)
     for label, values in zip(("limit on ", "limit off"), latencies, strict=True):
-        print(f"POST /v1/posts {label}: p50 {statistics.median(values):.3f} ms, mean {statistics.fmean(values):.3f} ms")
-    print(f"difference of p50s: {(statistics.median(latencies[0]) - statistics.median(latencies[1])) * 1e3:.0f} us")
+        print(f"POST /v1/posts {label}: p50 {percentile(values, 0.50):.3f} ms, mean {statistics.fmean(values):.3f} ms")
+    print(f"difference of p50s: {(percentile(latencies[0], 0.50) - percentile(latencies[1], 0.50)) * 1e3:.0f} us")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="folder for the apis' logs (default bench/results/<ts>-ratelimit)")
     args = parser.parse_args()
-    with bench_database() as url:
-        apply_schema(url)
+    logs = infra.results_folder(args.out, "ratelimit") / "logs"
+    print(f"api logs in {logs}", flush=True)
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        url = res.database("ratelimit")
         asyncio.run(statements(url, args.requests, args.rounds))
-        apis: list[subprocess.Popen[bytes]] = []
-        try:
-            ports = [free_port(), free_port()]
-            for port, limit in zip(ports, ("1000000", "0"), strict=True):
-                env = {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_LOG_LEVEL": "WARNING",
-                       "WALFEED_API_WRITE_LIMIT": limit, "WALFEED_API_WRITE_WINDOW": "3600"}
-                apis.append(subprocess.Popen([sys.executable, "-m", "services.cli", "api", "--port", str(port)],
-                                             env=env, cwd=ROOT, stdin=subprocess.DEVNULL))
-            bases = [f"http://127.0.0.1:{port}" for port in ports]
-            for base in bases:
-                with httpx.Client(base_url=base, timeout=30) as client:
-                    wait_ready(client, tries=400)
-            posts(bases, args.requests)
-        finally:
-            for api in apis:
-                api.send_signal(signal.SIGTERM)
-                api.wait(30)
+        ports = [free_port(), free_port()]
+        for port, limit in zip(ports, ("1000000", "0"), strict=True):
+            res.start(f"api-write-limit-{limit}", ["api", "--port", str(port)],
+                      {"WALFEED_DATABASE_URL": url, "WALFEED_LOG_LEVEL": "WARNING",
+                       "WALFEED_API_WRITE_LIMIT": limit, "WALFEED_API_WRITE_WINDOW": "3600"})
+        bases = [f"http://127.0.0.1:{port}" for port in ports]
+        for base in bases:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                infra.wait_ready(client)
+        posts(bases, args.requests)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

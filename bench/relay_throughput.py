@@ -11,42 +11,35 @@
 2. Lag: at a steady --rate events/s (default 1,000), commit -> consumer receipt (an upper bound of commit ->
    broker confirm), p50 and p99.
 
-Creates its own database, slot and AMQP names, and removes them. Usage:
-    .venv/bin/python bench/relay_throughput.py [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
+Creates its own database, slot and AMQP names (bench/lib/infra.py, on WALFEED_BENCH_PG_URL and
+WALFEED_BENCH_AMQP_URL) and removes them, also on Ctrl-C; the relay's log goes to <--out>/logs. Usage:
+    .venv/bin/python -m bench.relay_throughput [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
+                                               [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pika
 import psycopg
-from psycopg import sql
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib import entry, infra, proc
+from bench.lib.stats import percentile
+from services.cdc_relay.confirms import ConfirmBook
+from services.cdc_relay.messages import Outgoing, outgoing
+from services.core.events import Event
+from services.core.topology import Topology
 
-from bench.lib import proc  # noqa: E402
-from services.cdc_relay.confirms import ConfirmBook  # noqa: E402
-from services.cdc_relay.publisher import Outgoing  # noqa: E402
-from services.cdc_relay.relay import outgoing  # noqa: E402
-from services.core.events import Event  # noqa: E402
-from services.core.migrate import migrate  # noqa: E402
-
-PG_ADMIN = os.environ.get("WALFEED_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-AMQP = os.environ.get("WALFEED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 INSERT = """
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
@@ -54,35 +47,14 @@ FROM generate_series(%s::int, %s::int) AS g
 """
 
 
-@contextlib.contextmanager
-def bench_database() -> Iterator[tuple[str, str]]:
-    name, slot = f"walfeed_bench_{uuid.uuid4().hex[:8]}", f"bench_{uuid.uuid4().hex[:8]}"
-    url = psycopg.conninfo.make_conninfo(PG_ADMIN, dbname=name)
-    migrate(url, slot)
-    try:
-        yield url, slot
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                         "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
-            for _ in range(50):
-                with contextlib.suppress(psycopg.errors.ObjectInUse):
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                    break
-                time.sleep(0.1)
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 class Queue:
-    """A queue bound to `#` on the events exchange, to count what arrived."""
+    """Counts what arrived in a queue bound to `#` on the events exchange (an observer of infra.Resources, not
+    durable: the broker keeps its messages off disk, as before the bench shared the harness's observer)."""
 
-    def __init__(self, prefix: str) -> None:
-        self.exchange, self.name = f"{prefix}.events", f"{prefix}.bench.all"
-        self.conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    def __init__(self, res: infra.Resources, prefix: str) -> None:
+        self.exchange, self.name = Topology(prefix).events_exchange, res.observer(prefix, durable=False)
+        self.conn = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
         self.ch = self.conn.channel()
-        self.ch.exchange_declare(self.exchange, exchange_type="topic", durable=True)
-        self.ch.queue_declare(self.name)
-        self.ch.queue_bind(self.name, self.exchange, "#")
 
     def depth(self) -> int:
         return int(self.ch.queue_declare(self.name, passive=True).method.message_count)
@@ -91,29 +63,13 @@ class Queue:
         self.ch.queue_purge(self.name)
 
     def close(self) -> None:
-        self.ch.queue_delete(self.name)
-        self.ch.exchange_delete(self.exchange)
         self.conn.close()
 
 
 def relay_env(url: str, slot: str, prefix: str, window: int) -> dict[str, str]:
-    return {**os.environ, "WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": AMQP, "WALFEED_AMQP_PREFIX": prefix,
+    return {"WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": infra.AMQP, "WALFEED_AMQP_PREFIX": prefix,
             "WALFEED_SLOT": slot, "WALFEED_RELAY_WINDOW": str(window), "WALFEED_RELAY_METRICS_PORT": "0",
             "WALFEED_LOG_LEVEL": "WARNING"}
-
-
-def start_relay(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "services.cli", "relay"], env=env, cwd=ROOT,
-                            stdin=subprocess.DEVNULL)
-
-
-def stop(child: subprocess.Popen[bytes]) -> None:
-    child.terminate()
-    try:
-        child.wait(30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -175,14 +131,14 @@ def run_timeout(events: int) -> float:
     return max(120.0, events / 200)
 
 
-def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
+def relay_run(res: infra.Resources, url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
     queue.purge()
     with psycopg.connect(url) as conn:
         conn.execute("TRUNCATE outbox")  # not decoded (actions=insert): keeps the database small across runs
         for start in range(1, events + 1, 1000):
             conn.execute(INSERT, (start, min(start + 999, events)))
             conn.commit()
-    relay = start_relay(env)
+    relay = res.start("relay", ["relay"], env)
     try:
         cpu_at_first: list[float] = []
         machine: list[MachineCpu] = []
@@ -195,10 +151,10 @@ def relay_run(url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
         others, busy = machine[0].since(events)
         return Run(events / seconds, (cpu_seconds(relay.pid) - cpu_at_first[0]) / events, others, busy)
     finally:
-        stop(relay)
+        res.stop(relay)
 
 
-def sample_message() -> Outgoing:
+def sample_message() -> Outgoing[int]:
     event = Event.new("post.created", 12345, {"post_id": 12345, "author_id": 1})
     return outgoing(event, 0)
 
@@ -215,6 +171,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     sent = 0
     started = cpu0 = 0.0
     channel: Any = None
+    conn: pika.SelectConnection  # opened below, before its IOLoop runs any of these callbacks
     machine: MachineCpu | None = None
     result: Run | None = None
     failed: object = None  # why the run ended before every message was confirmed
@@ -261,7 +218,7 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
         channel.add_on_close_callback(lambda _channel, reason: end(f"channel closed: {reason!r}"))
         channel.confirm_delivery(ack_nack_callback=on_confirm, callback=on_selected)
 
-    conn = pika.SelectConnection(pika.URLParameters(AMQP),
+    conn = pika.SelectConnection(pika.URLParameters(infra.AMQP),
                                  on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
                                  on_close_callback=lambda _c, _e: conn.ioloop.stop())
     conn.ioloop.call_later(run_timeout(events), lambda: end(f"not done after {run_timeout(events):.0f} s"))
@@ -273,16 +230,17 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     return result
 
 
-def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: float) -> tuple[float, float, int]:
+def lag_run(res: infra.Resources, url: str, env: dict[str, str], prefix: str, rate: int,
+            seconds: float) -> tuple[float, float, int]:
     """Commit -> consumer receipt at a steady rate, with the relay running. Returns p50, p99 (ms), count."""
     committed: dict[str, float] = {}
     received: dict[str, float] = {}
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    conn = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
     ch = conn.channel()
     queue = ch.queue_declare(f"{prefix}.bench.lag", exclusive=True).method.queue
-    ch.queue_bind(queue, f"{prefix}.events", "#")
+    ch.queue_bind(queue, Topology(prefix).events_exchange, "#")
     ch.basic_consume(queue, lambda _c, _m, p, _b: received.__setitem__(p.message_id, time.time()), auto_ack=True)
-    relay = start_relay(env)
+    relay = res.start("relay-lag", ["relay"], env)
     stop_flag = threading.Event()
 
     def consume() -> None:
@@ -320,11 +278,11 @@ def lag_run(url: str, env: dict[str, str], prefix: str, rate: int, seconds: floa
     finally:
         stop_flag.set()
         consumer.join()
-        stop(relay)
+        res.stop(relay)
         conn.close()
-    lags = sorted((received[i] - t) * 1000 for i, t in committed.items() if i in received)
+    lags = [(received[i] - t) * 1000 for i, t in committed.items() if i in received]
     missing = len(committed) - len(lags)
-    return statistics.median(lags), lags[int(len(lags) * 0.99) - 1], missing
+    return percentile(lags, 0.50), percentile(lags, 0.99), missing
 
 
 def load() -> str:
@@ -357,19 +315,22 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--lag-seconds", type=float, default=15.0)
+    parser.add_argument("--out", type=Path, help="folder for the relay's log (default bench/results/<ts>-relay)")
     args = parser.parse_args()
-    prefix = f"bench_{uuid.uuid4().hex[:8]}"
+    logs = infra.results_folder(args.out, "relay") / "logs"
     print(f"machine: nproc={os.cpu_count()} (shared with other work), {load()} before; events={args.events} "
-          f"window={args.window} body={len(sample_message().body)} bytes pairs={args.pairs}")
-    with bench_database() as (url, slot):
-        env = relay_env(url, slot, prefix, args.window)
-        queue = Queue(prefix)
+          f"window={args.window} body={len(sample_message().body)} bytes pairs={args.pairs}; relay log in {logs}")
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        url = res.database("relay")
+        prefix = res.prefix("relay", declare=False)
+        env = relay_env(url, res.slot(url, "relay"), prefix, args.window)
+        queue = Queue(res, prefix)
         try:
             relays, ceilings = [], []
             print("| pair | relay ev/s | ceiling ev/s | ratio | relay CPU us/ev | ceiling CPU us/ev |")
             print("|---|---|---|---|---|---|")
             for pair in range(args.pairs):
-                relays.append(relay_run(url, env, queue, args.events))
+                relays.append(relay_run(res, url, env, queue, args.events))
                 ceilings.append(ceiling_run(queue, args.events, args.window))
                 r, c = relays[-1], ceilings[-1]
                 print(f"| {pair + 1} | {r.rate:,.0f} | {c.rate:,.0f} | {r.rate / c.rate:.2f} | "
@@ -383,7 +344,7 @@ def main() -> int:
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.8)")
             print_cpu_split(relays, ceilings)
             queue.purge()
-            p50, p99, missing = lag_run(url, env, prefix, args.rate, args.lag_seconds)
+            p50, p99, missing = lag_run(res, url, env, prefix, args.rate, args.lag_seconds)
             print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
                   f"p99 {p99:.1f} ms, missing {missing}")
         finally:
@@ -393,4 +354,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

@@ -1,7 +1,7 @@
 """The system benchmark (issue 6): end-to-end latency and database load per event source, and the ratios of the
 relay, worker and API benchmarks against their ceilings, in one command, with a report and plots.
 
-    .venv/bin/python bench/run_all.py [--quick] [--out bench/results/<timestamp>] [--skip-scripts]
+    .venv/bin/python -m bench.run_all [--quick] [--out bench/results/<timestamp>] [--skip-scripts]
 
 1. For each source (CDC relay; polling outbox at 1 s and 100 ms intervals) in its own database and AMQP prefix,
    with the same worker processes: an idle phase (no posts; what the source costs when nothing happens), then
@@ -21,7 +21,6 @@ also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -31,13 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import psycopg
 
-import psycopg  # noqa: E402
-
-from bench.lib import dbload, e2e, entry, infra, report, scripts, stats  # noqa: E402
-from bench.lib.progress import Progress  # noqa: E402
+from bench.lib import dbload, e2e, entry, infra, report, scripts, stats
+from bench.lib.progress import Progress
 
 AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 timeline rows per post (own row)
 WORKERS, WORKER_THREADS = 2, 2  # worker processes x handler threads, the same for every source
@@ -218,8 +214,7 @@ def main() -> int:
     mode = QUICK if args.quick else FULL
     if args.reps:
         mode = Mode(mode.name, mode.rates, mode.seconds, args.reps, mode.idle, mode.drain)
-    out = args.out or ROOT / "bench" / "results" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    out = infra.results_folder(args.out)
     sources = infra.SOURCES
     progress = Progress(plan(mode, sources, not args.skip_scripts))
     meta: dict[str, Any] = {"mode": mode.name, "nproc": os.cpu_count(), "load_before": entry.load_avg(),

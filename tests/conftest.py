@@ -1,4 +1,4 @@
-"""Fixtures of the walfeed test harness. See tests/harness/ for the pieces.
+"""Fixtures of the walfeed test harness. See testkit/ for the pieces.
 
 Per test: `walfeed_env` gives a fresh database (schema + its own wal2json slot) and its own AMQP prefix;
 `processes` starts real `walfeed` subprocesses with that environment and kills leftovers at teardown.
@@ -6,17 +6,17 @@ Per test: `walfeed_env` gives a fresh database (schema + its own wal2json slot) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from services.core.settings import Settings
 from services.core.topology import Topology
-from tests.harness import infra as infra_mod
-from tests.harness import resources
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes
+from testkit import infra as infra_mod
+from testkit import resources
+from testkit.infra import Infra
+from testkit.processes import Processes
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +95,8 @@ def processes(walfeed_env: dict[str, str], tmp_path: Path, request: pytest.Fixtu
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item,
+                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report

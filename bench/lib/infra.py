@@ -8,6 +8,7 @@ on Ctrl-C) stops the processes it started, deletes the AMQP names and drops the 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import os
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import httpx
 import pika
 import psycopg
 from psycopg import sql
@@ -24,9 +26,9 @@ from psycopg import sql
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
 from services.worker import broker
-from tests.harness import resources
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit import resources
+from testkit.infra import Infra
+from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -118,8 +120,8 @@ def drop_database(name: str) -> None:
     resources.drop_database(INFRA, name)
 
 
-def delete_amqp(prefix: str) -> None:
-    resources.delete_amqp_names(AMQP, Topology(prefix), [])
+def delete_amqp(prefix: str, queues: list[str]) -> None:
+    resources.delete_amqp_names(AMQP, Topology(prefix), queues)
 
 
 def declare_amqp(prefix: str) -> None:
@@ -129,6 +131,20 @@ def declare_amqp(prefix: str) -> None:
         broker.declare(conn.channel(), Topology(prefix))
     finally:
         conn.close()
+
+
+def results_folder(out: Path | None, kind: str = "") -> Path:
+    """`out`, or bench/results/<timestamp>[-<kind>]; with its logs/ subfolder created."""
+    folder = out or ROOT / "bench" / "results" / "-".join(filter(None, [dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
+                                                                        kind]))
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def wait_ready(client: httpx.Client, timeout: float = 60.0) -> None:
+    """Until the api at the client's base URL answers /readyz with 200; AssertionError after `timeout`."""
+    eventually(lambda: client.get("/readyz").status_code == 200, timeout=timeout,
+               what=f"the api at {client.base_url} to answer /readyz")
 
 
 def passthrough(env: Mapping[str, str]) -> dict[str, str]:
@@ -163,7 +179,7 @@ class Resources:
     def __init__(self, tag: str, log_dir: Path) -> None:
         self.tag, self.log_dir = tag, log_dir
         self.databases: list[str] = []
-        self.prefixes: list[str] = []
+        self.prefixes: dict[str, list[str]] = {}  # prefix -> queues declared under it beyond the topology's
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Resources:
@@ -174,7 +190,7 @@ class Resources:
         (other suites on this machine restart Postgres and RabbitMQ); what still fails is named on stderr."""
         self.stop_all()
         removals: list[tuple[str, Callable[[], None]]] = [
-            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p)) for p in self.prefixes),
+            *((f"AMQP prefix {p}", functools.partial(delete_amqp, p, q)) for p, q in self.prefixes.items()),
             *((f"database {d}", functools.partial(drop_database, d)) for d in self.databases)]
         for what, remove in removals:
             try:
@@ -182,21 +198,29 @@ class Resources:
             except AssertionError as exc:
                 print(f"bench clean-up: could not remove {what}: {exc.__cause__!r}; remove it by hand", file=sys.stderr)
 
+    def database(self, name: str) -> str:
+        """An empty database with the schema applied. Returns its URL."""
+        full = self._database_name(name)
+        self.databases.append(full)
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(full)))
+        apply_schema(db_url(full))
+        return db_url(full)
+
+    def _database_name(self, name: str) -> str:
+        return f"walfeed_bench_e2e_{self.tag}_{name}".replace("-", "_")
+
     def seeded_databases(self, names: list[str], authors: int, per_author: int) -> dict[str, str]:
         """A seeded template cloned once per name (CREATE DATABASE ... TEMPLATE). Returns name -> URL."""
-        template = f"walfeed_bench_e2e_{self.tag}_tpl"
-        self.databases.append(template)
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
-        apply_schema(db_url(template))
-        with psycopg.connect(db_url(template), autocommit=True) as conn:
+        template_url, template = self.database("tpl"), self._database_name("tpl")
+        with psycopg.connect(template_url, autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"authors": authors, "fans": authors * per_author,
                                                       "per_author": per_author, "history": HISTORY})
             check_plans(conn)
         urls = {}
         with admin() as conn:
             for name in names:
-                full = f"walfeed_bench_e2e_{self.tag}_{name}".replace("-", "_")
+                full = self._database_name(name)
                 self.databases.append(full)
                 conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(full),
                                                                              sql.Identifier(template)))
@@ -208,11 +232,21 @@ class Resources:
         ensure_slot(url, slot)
         return slot
 
-    def prefix(self, name: str) -> str:
+    def prefix(self, name: str, declare: bool = True) -> str:
+        """An AMQP prefix of this run, with the worker's topology declared unless `declare` is false (a bench that
+        counts what a publisher sends with an observer queue alone: no fan-out queue taking a copy)."""
         prefix = f"wfbench_{self.tag}_{name}".replace("-", "_")
-        self.prefixes.append(prefix)
-        declare_amqp(prefix)
+        self.prefixes[prefix] = []
+        if declare:
+            declare_amqp(prefix)
         return prefix
+
+    def observer(self, prefix: str, durable: bool = True) -> str:
+        """A queue `{prefix}.test.bench` bound to every event on the prefix's events exchange (the test harness's
+        observer), deleted with the prefix. Returns its name."""
+        queue = resources.declare_observer(AMQP, Topology(prefix), "bench", durable=durable)
+        self.prefixes[prefix].append(queue)
+        return queue
 
     def start(self, log_name: str, args: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:

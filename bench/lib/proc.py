@@ -11,7 +11,7 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from tests.harness.processes import children_of
+from testkit.processes import children_of
 
 TICK = os.sysconf("SC_CLK_TCK")
 

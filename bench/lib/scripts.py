@@ -18,29 +18,29 @@ from bench.lib import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# script -> (file, flags in quick mode, flags in full mode, runs in quick mode, runs in full mode)
+# script -> (module, flags in quick mode, flags in full mode, runs in quick mode, runs in full mode)
 PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
-    "relay": ("relay_throughput.py", ["--events", "5000", "--pairs", "3", "--lag-seconds", "3"],
+    "relay": ("bench.relay_throughput", ["--events", "5000", "--pairs", "3", "--lag-seconds", "3"],
               ["--events", "20000", "--pairs", "5", "--lag-seconds", "8"], 1, 1),
-    "fanout": ("fanout_throughput.py", ["--runs", "3", "--posts", "15", "--small-events", "200"],
+    "fanout": ("bench.fanout_throughput", ["--runs", "3", "--posts", "15", "--small-events", "200"],
                ["--runs", "5", "--posts", "40", "--small-events", "500"], 1, 1),
-    "api": ("api_latency.py", ["--requests", "80", "--rounds", "3", "--seconds", "2", "--pairs", "1"],
+    "api": ("bench.api_latency", ["--requests", "80", "--rounds", "3", "--seconds", "2", "--pairs", "1"],
             ["--requests", "200", "--rounds", "5", "--seconds", "3", "--pairs", "3"], 1, 2),
-    "capacity": ("capacity.py", ["--quick", "--steps", "250,1000", "--seconds", "3", "--drain", "10"],
+    "capacity": ("bench.capacity", ["--quick", "--steps", "250,1000", "--seconds", "3", "--drain", "10"],
                  ["--steps", "250,500,1000,2000", "--seconds", "8", "--drain", "20"], 1, 1),
 }
 # seconds per run: quick, full
 ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
 TIMEOUTS = {"capacity": (240.0, 480.0)}  # scripts that take longer than TIMEOUT
-OUT = {"capacity", "fanout"}  # scripts that write a results folder of their own (--out): a subfolder of run_all's
+OUT = {"capacity", "fanout", "relay", "api"}  # scripts with a results folder of their own (--out): run_all's subfolder
 CLEANUP = 60.0  # seconds a script may take to clean up after its SIGINT: then SIGKILL
 
 
 def command(name: str, quick: bool, out: Path | None = None) -> list[str]:
-    file, quick_flags, full_flags, _, _ = PLAN[name]
+    module, quick_flags, full_flags, _, _ = PLAN[name]
     extra = ["--out", str(out / name)] if out is not None and name in OUT else []
-    return [sys.executable, str(ROOT / "bench" / file), *(quick_flags if quick else full_flags), *extra]
+    return [sys.executable, "-m", module, *(quick_flags if quick else full_flags), *extra]
 
 
 def runs(name: str, quick: bool) -> int:

@@ -23,7 +23,6 @@ from pika.adapters.select_connection import IOLoop
 from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import Outgoing
-from services.cdc_relay.messages import outgoing as outgoing  # bench/relay_throughput.py imports it from here
 from services.cdc_relay.positions import PositionTracker
 from services.cdc_relay.sessions import Sessions
 from services.cdc_relay.stream import ReplicationError, SlotBusy, SlotMissing

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from testkit.processes import Process
+from testkit.proxy import TcpProxy
 from tests.chaos.schedule import Fault
-from tests.harness.processes import Process
-from tests.harness.proxy import TcpProxy
 
 log = logging.getLogger("chaos")
 

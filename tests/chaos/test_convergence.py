@@ -26,15 +26,15 @@ import psycopg
 import pytest
 
 from services.core.topology import Topology
+from testkit.infra import Infra
+from testkit.processes import Processes, free_port
+from testkit.proxy import TcpProxy
+from testkit.resources import declare_observer
+from testkit.waiting import eventually
 from tests.chaos.check import TimelineDiff, classify_delivery, diff_timelines, expected_timelines
 from tests.chaos.faults import NORMAL_WATERMARK, Targets, _run
 from tests.chaos.schedule import FAULTS, make_schedule
 from tests.chaos.workload import Account, Acknowledged, client, sign_up
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes, free_port
-from tests.harness.proxy import TcpProxy
-from tests.harness.resources import declare_observer
-from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def _timeline(base: str, account: Account) -> list[int]:
 
 
 def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> list[str]:
-    ids = []
+    ids: list[str] = []
     while True:
         method, props, body = channel.basic_get(queue, auto_ack=True)
         if method is None:
@@ -119,7 +119,7 @@ def test_the_system_converges_with_nothing_lost(
     print(f"\nchaos: seed={seed} seconds={seconds} faults={count} (replay: WALFEED_CHAOS_SEED={seed})")
 
     pg = psycopg.conninfo.conninfo_to_dict(database_url)
-    relay_db = TcpProxy((str(pg.get("host", "127.0.0.1")), int(pg.get("port", 5432))))
+    relay_db = TcpProxy((str(pg.get("host", "127.0.0.1")), int(str(pg.get("port", 5432)))))
     relay_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     worker_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     observe = declare_observer(infra.amqp_url, topology)
@@ -190,7 +190,7 @@ def test_the_system_converges_with_nothing_lost(
     with psycopg.connect(database_url) as conn:
         users = [r[0] for r in conn.execute("SELECT id FROM users").fetchall()]
         follows = [(r[0], r[1]) for r in conn.execute("SELECT follower_id, followee_id FROM follows").fetchall()]
-        live = dict(conn.execute("SELECT id, author_id FROM posts WHERE deleted_at IS NULL").fetchall())
+        live: dict[int, int] = dict(conn.execute("SELECT id, author_id FROM posts WHERE deleted_at IS NULL").fetchall())
         all_posts = {r[0]: r[1] for r in conn.execute("SELECT id, deleted_at FROM posts").fetchall()}
         created_events = {r[0] for r in conn.execute(
             "SELECT (payload->>'post_id')::bigint FROM outbox WHERE type = 'post.created'").fetchall()}

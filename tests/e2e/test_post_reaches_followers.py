@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 
 import httpx
 import pytest
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -24,6 +25,10 @@ def _timeline_ids(api: httpx.Client, auth: dict[str, str]) -> list[int]:
     resp = api.get("/v1/timeline", headers=auth, params={"limit": 100})
     assert resp.status_code == 200, resp.text
     return [item["id"] for item in resp.json()["items"]]
+
+
+def _shows(api: httpx.Client, auth: dict[str, str], post_id: int) -> bool:
+    return post_id in _timeline_ids(api, auth)
 
 
 def test_a_post_reaches_every_follower_and_the_author_and_no_one_else(processes: Processes) -> None:
@@ -46,7 +51,7 @@ def test_a_post_reaches_every_follower_and_the_author_and_no_one_else(processes:
         post_id = resp.json()["id"]
 
         for _, auth in [*followers, (author, author_auth)]:
-            eventually(lambda auth=auth: post_id in _timeline_ids(api, auth), timeout=30,
+            eventually(functools.partial(_shows, api, auth, post_id), timeout=30,
                        what=f"post {post_id} in a follower's timeline")
         # The stranger's timeline is read after every follower's: the event has been fully processed by then.
         assert post_id not in _timeline_ids(api, stranger_auth)

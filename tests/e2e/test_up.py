@@ -10,10 +10,10 @@ import psycopg
 import pytest
 
 from services.cli.roles import RoleSettings
-from tests.harness import roles
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes, alive, children_of, free_port
-from tests.harness.waiting import eventually
+from testkit import roles
+from testkit.infra import Infra
+from testkit.processes import Processes, alive, children_of, free_port
+from testkit.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

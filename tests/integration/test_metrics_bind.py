@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

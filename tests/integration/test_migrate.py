@@ -3,9 +3,9 @@
 import psycopg
 import pytest
 
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes
-from tests.harness.resources import drop_database, unique
+from testkit.infra import Infra
+from testkit.processes import Processes
+from testkit.resources import drop_database, unique
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ DOCS = ROOT / "docs"
 _OPERATION_ROW = re.compile(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/\S*)` \|", re.MULTILINE)
 _VARIABLE = re.compile(r"`(WALFEED_[A-Z0-9_]+)`")
 # A repository path, optionally with a test in it: `tests/unit/test_docs.py::test_...`.
-_PATH = re.compile(r"(?<![\w/.])((?:services|tests|db|bench|scripts|ops|docs)/[\w./-]*\w)(?:::(\w+))?")
+_PATH = re.compile(r"(?<![\w/.])((?:services|tests|testkit|db|bench|scripts|ops|docs)/[\w./-]*\w)(?:::(\w+))?")
+_MODULE_RUN = re.compile(r"python -m ((?:bench|services)(?:\.\w+)+)")
 
 
 def test_api_md_lists_exactly_the_operations_the_app_serves() -> None:
@@ -50,3 +51,9 @@ def test_every_file_and_test_a_page_names_exists(page: str) -> None:
         assert (ROOT / path).exists(), f"{page} names {path}"
         if test:
             assert re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(), re.MULTILINE), f"{page}: {test}"
+
+
+@pytest.mark.parametrize("page", [*sorted(p.name for p in DOCS.glob("*.md")), "../README.md"])
+def test_every_module_a_page_runs_exists(page: str) -> None:
+    for module in _MODULE_RUN.findall((DOCS / page).read_text()):
+        assert (ROOT / (module.replace(".", "/") + ".py")).exists(), f"{page} runs python -m {module}"

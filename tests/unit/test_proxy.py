@@ -2,14 +2,15 @@
 
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.proxy import TcpProxy
+from testkit.proxy import TcpProxy
 
 
 @pytest.fixture
-def echo_server():
+def echo_server() -> Iterator[tuple[str, int]]:
     server = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -33,7 +34,7 @@ def echo_server():
     server.close()
 
 
-def test_forwards_then_cut_closes_the_client_connection(echo_server) -> None:
+def test_forwards_then_cut_closes_the_client_connection(echo_server: tuple[str, int]) -> None:
     with TcpProxy(echo_server) as proxy:
         client = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
         client.sendall(b"ping")
@@ -47,7 +48,7 @@ def test_forwards_then_cut_closes_the_client_connection(echo_server) -> None:
         again.close()
 
 
-def test_stall_holds_bytes_until_resume(echo_server) -> None:
+def test_stall_holds_bytes_until_resume(echo_server: tuple[str, int]) -> None:
     with TcpProxy(echo_server) as proxy:
         client = socket.create_connection(("127.0.0.1", proxy.port), timeout=0.3)
         proxy.stall()

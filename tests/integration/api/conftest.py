@@ -19,8 +19,8 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
 from services.core.settings import Settings
-from tests.harness.processes import free_port
-from tests.harness.waiting import eventually
+from testkit.processes import free_port
+from testkit.waiting import eventually
 
 MAX_BODY = 4096
 # The api under test: rate limits far above what any test does, so no test trips them by accident, while every

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import secrets
+from typing import Any
 
 import httpx
 import schemathesis
+from requests.structures import CaseInsensitiveDict
 from schemathesis.core.failures import Failure
 
 API_URL_VARIABLE = "WALFEED_FUZZ_API_URL"
@@ -21,23 +23,23 @@ _replayed: set[int] = set()  # ids of posts answered by an Idempotency-Key repla
 
 @schemathesis.auth()
 class SignedUp:
-    def get(self, case: schemathesis.Case, ctx: schemathesis.AuthContext) -> str:
+    def get(self, case: schemathesis.Case[Any], ctx: schemathesis.AuthContext) -> str:
         reply = httpx.post(f"{os.environ[API_URL_VARIABLE]}/v1/users", json={"handle": f"fuzz_{secrets.token_hex(8)}"})
         reply.raise_for_status()
         return str(reply.json()["token"])
 
-    def set(self, case: schemathesis.Case, data: str, ctx: schemathesis.AuthContext) -> None:
-        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+    def set(self, case: schemathesis.Case[Any], data: str, ctx: schemathesis.AuthContext) -> None:
+        case.headers = CaseInsensitiveDict({**case.headers, "Authorization": f"Bearer {data}"})
 
 
 @schemathesis.hook
-def after_call(ctx: schemathesis.HookContext, case: schemathesis.Case, response: schemathesis.Response) -> None:
+def after_call(ctx: schemathesis.HookContext, case: schemathesis.Case[Any], response: schemathesis.Response) -> None:
     if "idempotent-replayed" in {name.lower() for name in response.headers}:
         _replayed.add(int(response.json()["id"]))
 
 
 @schemathesis.hook
-def filter_failure(ctx: schemathesis.HookContext, failure: Failure, case: schemathesis.Case,
+def filter_failure(ctx: schemathesis.HookContext, failure: Failure, case: schemathesis.Case[Any],
                    response: schemathesis.Response) -> bool:
     post_id = (case.path_parameters or {}).get("post_id")
     return not (failure.code == "ST302" and isinstance(post_id, int) and post_id in _replayed)

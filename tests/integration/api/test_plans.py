@@ -42,13 +42,13 @@ UPDATE users SET timeline_floor = (SELECT min(post_id) FROM timelines WHERE user
 @pytest.fixture
 def loaded(database_url: str) -> Iterator[Db]:
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(SCENARIO)  # type: ignore[arg-type]  # fixed test script
+        conn.execute(SCENARIO)
         conn.execute("ANALYZE")
         yield conn
 
 
 def plan(db: Db, query: str, params: dict[str, int]) -> dict[str, Any]:
-    row = db.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()  # type: ignore[operator]
+    row = db.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
     assert row is not None
     value = row["QUERY PLAN"]
     return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]  # type: ignore[no-any-return]
@@ -66,7 +66,7 @@ def test_timeline_statements_use_indexes_only(loaded: Db, query: str) -> None:
     all_nodes = nodes(plan(loaded, getattr(sql, query), params))
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in all_nodes
              if "Scan" in n["Node Type"] and (n.get("Relation Name") or n.get("Index Name"))}
-    for line in loaded.execute("EXPLAIN " + getattr(sql, query), params).fetchall():  # type: ignore[operator]
+    for line in loaded.execute("EXPLAIN " + getattr(sql, query), params).fetchall():
         print(line["QUERY PLAN"])  # shown with pytest -s: the plans of docs/adr/0031
     assert not [s for s in scans if s[0] == "Seq Scan"], scans
     used = {s[2] for s in scans}

@@ -14,8 +14,8 @@ from prometheus_client import multiprocess
 from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.core.settings import Settings
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.integration.api.conftest import serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -3,6 +3,7 @@ draft-ietf-httpapi-ratelimit-headers fields, counted in Postgres so they hold ac
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from collections.abc import Iterator
@@ -14,8 +15,8 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
 from services.core.settings import Settings
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.integration.api.conftest import serve
 
 pytestmark = pytest.mark.integration
@@ -29,6 +30,10 @@ def limited(settings: Settings) -> Iterator[httpx.Client]:
                       write_limit=Quota("write", 3, 60))
     with serve(create_app(settings, api)) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
+
+
+def _ready(base: str) -> bool:
+    return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
 
 
 def signup(client: httpx.Client, handle: str, address: str = "203.0.113.7") -> httpx.Response:
@@ -89,8 +94,7 @@ def test_limits_hold_across_api_processes(processes: Processes) -> None:
     apis = [processes.start(f"api{i}", "api", "--port", str(port), env=env) for i, port in enumerate(ports)]
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     for base in bases:
-        eventually(lambda b=base: httpx.get(f"{b}/readyz", timeout=5).status_code == 200, timeout=60,
-                   what="api ready")
+        eventually(functools.partial(_ready, base), timeout=60, what="api ready")
     # Alternating between the processes: one limit, not one per process.
     signups = [httpx.post(f"{bases[i % 2]}/v1/users", json={"handle": f"p{i}"}, timeout=10) for i in range(6)]
     assert [r.status_code for r in signups] == [201] * 4 + [429] * 2

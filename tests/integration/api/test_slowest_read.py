@@ -48,7 +48,7 @@ def forged_cursor(last_id: int) -> str:
 @pytest.fixture
 def at_the_cap(client: httpx.Client, signup: SignUp, db: Db) -> dict[str, str]:
     reader = signup("reader")
-    psycopg.ClientCursor(db).execute(SCENARIO, {"cap": MAX_FOLLOWING, "reader": reader.id,  # type: ignore[arg-type]
+    psycopg.ClientCursor(db).execute(SCENARIO, {"cap": MAX_FOLLOWING, "reader": reader.id,
                                                 "per": PAGE + 1})
     db.execute("ANALYZE")  # no VACUUM: index-only scans still visit the heap (fresh rows, before autovacuum)
     return reader.auth

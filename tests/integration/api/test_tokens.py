@@ -3,6 +3,7 @@ and within the stated bound on every other api process, although each caches ver
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 
@@ -10,14 +11,18 @@ import httpx
 import psycopg
 import pytest
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.integration.api.conftest import SignUp
 
 pytestmark = pytest.mark.integration
 
 LISTENERS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'walfeed-api-listener'"
 BOUND = 1.0  # seconds: ADR 0035's bound for a process whose listener is connected (normally milliseconds)
+
+
+def _ready(api: httpx.Client) -> bool:
+    return api.get("/readyz").status_code == 200
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -46,7 +51,7 @@ def test_a_revoked_token_stops_working_on_every_api_process(processes: Processes
     a, b = (httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) for port in ports)
     with a, b, psycopg.connect(database_url, autocommit=True) as db:
         for api in (a, b):
-            eventually(lambda api=api: api.get("/readyz").status_code == 200, timeout=60, what="api ready")
+            eventually(functools.partial(_ready, api), timeout=60, what="api ready")
         # both listeners connected: their caches are on
         eventually(lambda: db.execute(LISTENERS).fetchone() == (2,), timeout=30, what="listeners")
         user = a.post("/v1/users", json={"handle": "carol"}).json()
@@ -68,10 +73,10 @@ def test_a_revoked_token_stops_working_on_every_api_process(processes: Processes
         # A listener that loses its connection misses notifications: its process forgets every cached token.
         dave = a.post("/v1/users", json={"handle": "dave"}).json()
         assert b.get(f"/v1/users/{dave['id']}", headers=bearer(dave["token"])).status_code == 200  # cached on b
-        db.execute(LISTENERS.replace("count(*)", "pg_terminate_backend(pid)"))  # type: ignore[arg-type]
+        db.execute(LISTENERS.replace("count(*)", "pg_terminate_backend(pid)"))
         assert a.post("/v1/users/me/token", headers=bearer(dave["token"])).status_code == 200
         eventually(lambda: b.get(f"/v1/users/{dave['id']}", headers=bearer(dave["token"])).status_code == 401,
                    timeout=BOUND, interval=0.005, what="the process whose listener was cut to reject the token")
         eventually(lambda: db.execute(LISTENERS).fetchone() == (2,), timeout=30, what="listeners reconnected")
-    for api in apis:
-        assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+    for process in apis:
+        assert process.stop(signal.SIGTERM, timeout=30) == 0, process.log()

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.processes import Process, Processes
+from testkit.infra import Infra
+from testkit.processes import Process, Processes
 
 RELAY_ENV = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_RELAY_STATUS_INTERVAL": "1",
              "WALFEED_RELAY_STANDBY_INTERVAL": "0.5"}

@@ -11,8 +11,8 @@ from functools import partial
 import psycopg
 import pytest
 
-from tests.harness.processes import Process, Processes
-from tests.harness.waiting import eventually
+from testkit.processes import Process, Processes
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import RELAY_ENV, Watcher, assert_published_as_spec, write_events
 
 pytestmark = pytest.mark.integration

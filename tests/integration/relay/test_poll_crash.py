@@ -13,7 +13,7 @@ from functools import partial
 import psycopg
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import Watcher, write_events
 from tests.integration.relay.test_poll import StartPoller, all_marked, duplicates, start_poller, started
 

@@ -19,8 +19,8 @@ from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import EventPublisher
 from services.cdc_relay.testing import StubPublisher
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from datetime import datetime
 import psycopg
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, slot_lsn, write_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

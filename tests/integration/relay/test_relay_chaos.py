@@ -12,9 +12,9 @@ import pika
 import pytest
 
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.resources import declare_observer
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.resources import declare_observer
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, write_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import threading
@@ -9,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration
@@ -24,8 +25,10 @@ def test_sigkill_during_a_burst_loses_nothing(database_url: str, slot_name: str,
     rnd = random.Random()
     for kill in range(4):
         count = len(watcher.messages)
-        eventually(lambda c=count: watcher.pump() > c + rnd.randint(50, 400) or not writer.is_alive(),
-                   timeout=60, what=f"progress before kill {kill}")
+        def progressed(since: int) -> bool:
+            return watcher.pump() > since + rnd.randint(50, 400) or not writer.is_alive()
+
+        eventually(functools.partial(progressed, count), timeout=60, what=f"progress before kill {kill}")
         relay.kill()
         mark = len(relay.log())
         relay.start()

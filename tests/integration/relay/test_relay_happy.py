@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import (
     StartRelay,
     Watcher,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, slot_lsn
 
 pytestmark = pytest.mark.integration

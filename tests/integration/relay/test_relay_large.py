@@ -8,7 +8,7 @@ import time
 import psycopg
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import _INSERT, StartRelay, Watcher, current_lsn, slot_lsn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.processes import free_port
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.processes import free_port
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, write_events
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.publisher_thread import PublisherThread
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

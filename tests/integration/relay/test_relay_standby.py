@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, write_events
 
 pytestmark = pytest.mark.integration

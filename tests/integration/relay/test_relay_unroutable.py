@@ -6,8 +6,8 @@ import pika
 import pytest
 
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, current_lsn, slot_lsn, write_events
 
 pytestmark = pytest.mark.integration

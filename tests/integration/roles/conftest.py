@@ -9,8 +9,8 @@ import pytest
 from services.cli import bootstrap
 from services.cli.roles import RoleSettings, process_environ
 from services.core.settings import Settings
-from tests.harness import roles
-from tests.harness.infra import Infra
+from testkit import roles
+from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from psycopg import sql
 from services.cli import bootstrap
 from services.cli.roles import RoleSettings
 from services.core.settings import Settings
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from services.cli.roles import RoleSettings
 from services.core import slots
 from services.core.topology import Topology
 from services.worker import broker
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = pytest.mark.integration

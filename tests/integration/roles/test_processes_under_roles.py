@@ -12,10 +12,10 @@ import pytest
 
 from services.cli.roles import RoleSettings
 from services.core.topology import Topology
-from tests.harness.infra import Infra
-from tests.harness.processes import Processes, free_port
-from tests.harness.resources import declare_observer
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.processes import Processes, free_port
+from testkit.resources import declare_observer
+from testkit.waiting import eventually
 from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

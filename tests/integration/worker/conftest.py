@@ -13,7 +13,7 @@ import pytest
 
 from services.core.topology import Topology
 from services.worker import broker
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def drained(channel: pika.adapters.blocking_connection.BlockingChannel, topology
 
 def dead_letters(channel: pika.adapters.blocking_connection.BlockingChannel,
                  topology: Topology) -> list[tuple[pika.BasicProperties, bytes]]:
-    out = []
+    out: list[tuple[pika.BasicProperties, bytes]] = []
     while True:
         method, props, body = channel.basic_get(topology.dead_queue, auto_ack=True)
         if method is None:

@@ -11,6 +11,7 @@ from typing import Any
 import pika
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 from psycopg_pool import ConnectionPool
 
 from services.core import events as ev
@@ -19,15 +20,14 @@ from services.core.topology import Topology
 from services.worker import broker, policy
 from services.worker.fanout import Effects
 from services.worker.processing import Message, Processor
-from tests.harness.processes import Processes
-from tests.harness.waiting import eventually
+from testkit.processes import Processes
+from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import WORKER_ENV, dead_letters
 from tests.integration.worker.test_worker_process import _settle_and_stop
 
 pytestmark = pytest.mark.integration
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 Conn = psycopg.Connection[Any]
 
 

@@ -13,6 +13,7 @@ import pika
 import pika.exceptions
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core import events as ev
 from services.core.db import make_pool
@@ -21,14 +22,13 @@ from services.worker import policy
 from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
 from services.worker.processing import Message, Processor, Result
-from tests.harness.infra import Infra
-from tests.harness.waiting import eventually
+from testkit.infra import Infra
+from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import dead_letters, drained
 
 pytestmark = pytest.mark.integration
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 
 
 class FlakyHandler:
@@ -130,7 +130,11 @@ def test_a_handler_that_always_raises_is_dead_lettered_and_others_proceed(
     world.publish(channel, topology, [broken, *behind])
     letters: list[tuple[pika.BasicProperties, bytes]] = []
     with running_consumer(infra, database_url, topology, {str(broken.id): None}) as handler:
-        eventually(lambda: letters.extend(dead_letters(channel, topology)) or letters, what="dead letter")
+        def dead() -> list[tuple[pika.BasicProperties, bytes]]:
+            letters.extend(dead_letters(channel, topology))
+            return letters
+
+        eventually(dead, what="dead letter")
         eventually(lambda: {str(e.id) for e in behind} <= set(handler.applied), what="others applied")
     (props, body), = letters
     assert props.message_id == str(broken.id) and body == ev.encode(broken)

@@ -16,7 +16,7 @@ from services.core.db import make_pool
 from services.core.feed import BACKFILL_LIMIT
 from services.worker import decide, fanout
 from services.worker.fanout import Effects
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.worker import world
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_post_deleted_between_chunks_of_its_fanout_leaves_no_rows(db: Conn, pool
     author, *fans = world.add_users(db, 7)
     world.followers_in_bulk(db, author, fans)
     created = world.post(db, author)
-    calls = []
+    calls: list[int] = []
 
     def delete_once() -> None:
         if not calls:
@@ -59,7 +59,7 @@ def test_unfollow_processed_during_a_fanout_converges(db: Conn, pool: Connection
     author, *fans = world.add_users(db, 7)
     world.followers_in_bulk(db, author, fans)
     created = world.post(db, author)
-    done = []
+    done: list[int] = []
 
     def unfollow_two() -> None:  # one follower already covered by a chunk, one not yet
         if not done:

@@ -42,7 +42,7 @@ CHECKED = {"posts", "outbox", "timelines", "processed_events"}  # tables a batch
 @pytest.fixture(params=["never analyzed", "analyzed"])
 def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(SCENARIO)  # type: ignore[arg-type]  # fixed test script
+        conn.execute(SCENARIO)
         if request.param == "analyzed":
             conn.execute("ANALYZE")
         yield conn
@@ -65,7 +65,7 @@ def test_batch_statements_probe_by_key(loaded: Db) -> None:
     posts = [r["id"] for r in loaded.execute("SELECT id FROM posts ORDER BY id DESC LIMIT %s", (BATCH,))]
     events = [r["id"] for r in loaded.execute("SELECT id FROM outbox LIMIT %s", (BATCH,))] + [uuid.uuid4()]
     users = list(range(101, 101 + BATCH))
-    statements = {
+    statements: dict[str, tuple[SQL, dict[str, Any]]] = {
         "KNOWN_EVENTS": (q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": events}),
         "POSTS_FOR_FANOUT": (q.POSTS_FOR_FANOUT, {"post_ids": posts}),
         "RECORD_DECISIONS": (q.RECORD_DECISIONS, {"post_ids": posts, "push": [True] * len(posts)}),
@@ -91,6 +91,7 @@ def test_worker_connections_plan_each_execution(database_url: str) -> None:
     pool.open()
     try:
         with pool.connection() as conn:
-            assert conn.execute("SHOW plan_cache_mode").fetchone() == {"plan_cache_mode": "force_custom_plan"}
+            row: object = conn.execute("SHOW plan_cache_mode").fetchone()  # a dict: make_pool's type says tuple rows
+            assert row == {"plan_cache_mode": "force_custom_plan"}
     finally:
         pool.close()

@@ -10,18 +10,18 @@ import orjson
 import pika
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core import events as ev
 from services.core.topology import Topology
 from services.worker import policy
-from tests.harness.processes import Processes
-from tests.harness.waiting import eventually
+from testkit.processes import Processes
+from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import WORKER_ENV, dead_letters, drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 
 
 def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology, timeout: float = 120) -> None:

@@ -13,8 +13,8 @@ from psycopg import sql
 
 from services.cli import broker_users
 from services.cli.roles import AMQP_PROCESSES, PROCESSES, RoleSettings, password_variables
-from tests.harness.infra import Infra
-from tests.harness.resources import unique
+from testkit.infra import Infra
+from testkit.resources import unique
 
 
 def role_environ(prefix: str) -> dict[str, str]:

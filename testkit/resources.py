@@ -13,7 +13,7 @@ from psycopg import sql
 
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 
 
 def unique(prefix: str) -> str:
@@ -71,16 +71,16 @@ def drop_database(infra: Infra, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def declare_observer(amqp_url: str, topology: Topology, suffix: str = "observe") -> str:
-    """A durable queue `{prefix}.test.<suffix>` bound to `#` on the events exchange: it sees every event and
-    survives a broker restart. Declare it before the relay starts (else events are unroutable); delete it with
-    delete_amqp_names."""
+def declare_observer(amqp_url: str, topology: Topology, suffix: str = "observe", durable: bool = True) -> str:
+    """A queue `{prefix}.test.<suffix>` bound to `#` on the events exchange: it sees every event and, durable,
+    survives a broker restart (not durable, the broker keeps its messages off disk: the relay benchmark's counter).
+    Declare it before the relay starts (else events are unroutable); delete it with delete_amqp_names."""
     queue = f"{topology.prefix}.test.{suffix}"
     conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
         channel = conn.channel()
         channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
-        channel.queue_declare(queue, durable=True)
+        channel.queue_declare(queue, durable=durable)
         channel.queue_bind(queue, topology.events_exchange, "#")
     finally:
         conn.close()

@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
+def eventually(probe: Callable[[], T | None], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
     """Call `probe` until it returns a truthy value (returned) or `timeout` passes (AssertionError).
 
     Exceptions from the probe count as "not yet" until the deadline; the last one is chained.
@@ -22,7 +22,7 @@ def eventually(probe: Callable[[], T], *, timeout: float = 30.0, interval: float
             last = probe()
             error = None
             if last:
-                return last  # type: ignore[return-value]
+                return last
         except Exception as exc:
             error = exc
         if time.monotonic() >= deadline:

@@ -38,7 +38,7 @@ def _reachable(host: str, port: int) -> bool:
 
 def _docker_available() -> bool:
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         docker.from_env().ping()
         return True
@@ -70,8 +70,8 @@ def provide() -> Iterator[Infra]:
 
 @contextlib.contextmanager
 def _containers() -> Iterator[Infra]:
-    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
-    from testcontainers.rabbitmq import RabbitMqContainer  # type: ignore[import-untyped]
+    from testcontainers.postgres import PostgresContainer
+    from testcontainers.rabbitmq import RabbitMqContainer
 
     # debezium/postgres ships wal2json and runs with wal_level=logical.
     with PostgresContainer("debezium/postgres:15", username="postgres", password="postgres",
