@@ -27,8 +27,8 @@ def test_both_drivers_read_the_same_slot(database_url: str, slot_name: str) -> N
     finally:
         legacy.close()
     assert again is not None and found is not None
-    moving = {"lag_bytes": None, "retained_bytes": None}  # the server's WAL position moves with other databases'
-    assert replace(again, **moving) == replace(found, **moving)
+    # the server's WAL position moves with other databases'
+    assert replace(again, lag_bytes=None, retained_bytes=None) == replace(found, lag_bytes=None, retained_bytes=None)
     assert (found.plugin, found.database, found.active) == (slots.OUTPUT_PLUGIN, dbname, False)
     assert found.confirmed_flush_lsn is not None and "/" in found.confirmed_flush_lsn
     assert found.lag_bytes is not None and found.lag_bytes >= 0

@@ -20,7 +20,7 @@ import pytest
 from services.core.topology import Topology
 from services.worker import broker
 from services.worker.testing import StubBroker, StubConnection
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration
 

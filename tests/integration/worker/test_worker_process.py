@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 from typing import Any
@@ -15,13 +16,19 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 from services.core import events as ev
 from services.core.topology import Topology
 from services.worker import policy
-from testkit.processes import Processes
+from testkit.processes import Process, Processes
 from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import WORKER_ENV, dead_letters, drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
+
+
+def _consuming(proc: Process) -> bool:
+    """Every start of `proc` reached its consumer (its signal handlers are set by then)."""
+    log = proc.log()
+    return log.count("consumer: consuming") >= log.count("--- start")
 
 
 def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology, timeout: float = 120) -> None:
@@ -35,8 +42,7 @@ def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology,
         eventually(lambda: drained(channel, topology), timeout=timeout, what="fanout and retry queues drained")
         stopped = [proc for proc in processes.all if proc.running()]
         for proc in stopped:  # a worker stopped before its handlers are set dies of the signal: let it start first
-            eventually(lambda p=proc: p.log().count("consumer: consuming") >= p.log().count("--- start"),
-                       timeout=timeout, what=f"{proc.name} consuming")
+            eventually(functools.partial(_consuming, proc), timeout=timeout, what=f"{proc.name} consuming")
         for proc in stopped:
             assert proc.stop(signal.SIGTERM) == 0, proc.log()
         if drained(channel, topology):
