@@ -121,6 +121,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import dead
 
         return dead.run(settings, args)
+    if args.command == "prune-outbox":
+        from services.cli import prune
+
+        return prune.run(settings, args)
     raise AssertionError(args.command)
 
 

@@ -1,5 +1,5 @@
-"""Arguments of the operations commands (issue 16): `walfeed dead ...` (dead.py). Kept apart
-from it so building the parser imports neither a broker nor a database client."""
+"""Arguments of the operations commands (issue 16): `walfeed dead ...` (dead.py) and `walfeed prune-outbox`
+(prune.py). Kept apart from them so building the parser imports neither a broker nor a database client."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ SubParsers = argparse._SubParsersAction  # argparse's own type for `add_subparse
 
 def add_parsers(sub: SubParsers) -> None:  # type: ignore[type-arg]
     _dead(sub)
+    prune = sub.add_parser("prune-outbox", help="delete outbox rows and processed-event records whose events were "
+                           "confirmed at least --older-than ago, in small batches")
+    prune.add_argument("--older-than", required=True, metavar="DURATION",
+                       help="e.g. 7d, 12h, 30m; counted from the broker's confirm of each event")
+    prune.add_argument("--wait", type=float, default=15.0,
+                       metavar="SECONDS", help="wait this long for the slot to confirm a position recorded now "
+                       "(default 15)")
 
 
 def _dead(sub: SubParsers) -> None:  # type: ignore[type-arg]

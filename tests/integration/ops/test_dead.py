@@ -120,6 +120,7 @@ def test_purge_asks_first_and_deletes_only_what_is_selected(walfeed: Walfeed, ch
     (("dead", "ls", "--queue", "walfeed.nope.dead"), "is not a dead queue of walfeed; known:"),
     (("dead", "show", "--since", "yesterday"), "neither a duration"),
     (("dead", "replay", "--limit", "0"), "--limit 0 must be at least 1"),
+    (("prune-outbox", "--older-than", "7 days"), "is not a duration"),
 ])
 def test_bad_input_is_a_clear_error_and_a_non_zero_exit(walfeed: Walfeed, args: tuple[str, ...],
                                                          message: str) -> None:
