@@ -119,6 +119,10 @@ class DeadBroker:
                           f"(is {queue.origin} declared? start its consumer once)") from None
         except pika.exceptions.NackError:
             raise Refused(f"the broker refused the copy for {queue.origin} (nack)") from None
+        except pika.exceptions.ChannelClosedByBroker as exc:  # e.g. the exchange does not exist
+            self._publisher = None
+            raise Refused(f"the broker closed the channel publishing to {queue.exchange}: {exc.reply_text} "
+                          f"(start {queue.origin}'s consumer once: it declares its exchange)") from None
 
     def sleep(self, seconds: float) -> None:
         """Wait without starving the connection's heartbeats."""

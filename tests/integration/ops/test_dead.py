@@ -149,3 +149,15 @@ def test_a_replay_killed_midway_loses_nothing_and_duplicates_at_most_what_was_in
     duplicates = len(found) - total
     print(f"killed mid-replay: {len(replayed)} replayed, {len(dead)} still dead, {duplicates} duplicated")
     assert duplicates <= 2  # a copy confirmed whose dead letter's ack had not reached the broker
+
+
+def test_a_copy_no_queue_takes_stops_the_replay_with_the_letter_still_dead(
+        walfeed: Walfeed, channel: BlockingChannel, topology: Topology) -> None:
+    ids = _letters(channel, topology)
+    channel.queue_unbind(topology.fanout_queue, topology.settle_exchange, routing_key=topology.fanout_queue)
+    done = walfeed("dead", "replay")
+    assert done.returncode == 1 and "no queue took the copy" in done.stderr and "0 of 5 replayed" in done.stderr
+    assert "Traceback" not in done.stderr
+    left = eventually(lambda: depth(channel, topology.dead_queue) == 5 and drain(channel, topology.dead_queue),
+                      timeout=10, what="every letter still dead")
+    assert {p.message_id for p, _ in left} == {*ids["post.created"], *ids["follow.created"]}
