@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -13,12 +14,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import IO, Final
 
+from pika.exceptions import AMQPError
+
 from services.cli import dead_letters as dl
 from services.cli.dead_broker import BrokerError, DeadBroker, Held
 from services.core.settings import Settings
 from services.core.topology import DeadLetterQueue, Topology
-
-log = logging.getLogger(__name__)
 
 SHOW_LIMIT: Final = 20  # `show` without --limit: a screenful, not 100,000 letters
 PROGRESS_EVERY: Final = 1000
@@ -45,8 +46,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     try:
         return _COMMANDS[args.dead_command](_Session(broker, queues, selection, limit, now), args)
-    except BrokerError as exc:
-        print(f"walfeed dead {args.dead_command}: {exc}", file=sys.stderr)
+    except (BrokerError, AMQPError) as exc:  # AMQPError: the connection lost midway; held letters are back
+        print(f"walfeed dead {args.dead_command}: {exc!r}" if isinstance(exc, AMQPError) else
+              f"walfeed dead {args.dead_command}: {exc}", file=sys.stderr)
         return 1
     finally:
         broker.close()
@@ -141,21 +143,26 @@ def _replay(session: _Session, args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge(session: _Session, args: argparse.Namespace, ask: Callable[[str], str] = input) -> int:
+def _purge(session: _Session, args: argparse.Namespace) -> int:
+    """Shows the selection, asks with nothing held (a prompt can last longer than a heartbeat), then deletes what
+    it showed and is still there: letters that arrived meanwhile are not purged."""
     with session.held() as holds:
         letters = _all(holds)
         if not letters:
             print("nothing to purge")
             return 0
         print(dl.render_groups(dl.groups(letters), session.now))
-        if not args.yes:
-            if not sys.stdin.isatty():
-                print("walfeed dead purge: not a terminal: pass --yes to purge without asking", file=sys.stderr)
-                return 2
-            if ask(f"Delete these {len(letters)} dead letters for good? Type 'yes': ").strip() != "yes":
-                print("nothing was purged")
-                return 1
-        done = 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("walfeed dead purge: not a terminal: pass --yes to purge without asking", file=sys.stderr)
+            return 2
+        if input(f"Delete these {len(letters)} dead letters for good? Type 'yes': ").strip() != "yes":
+            print("nothing was purged")
+            return 1
+    shown = dataclasses.replace(session.selection, ids=frozenset(letter.message_id for letter in letters))
+    again = _Session(session.broker, session.queues, shown, session.limit, session.now)
+    done = 0
+    with again.held() as holds:
         try:
             for held, chosen in holds:
                 for letter in chosen:
@@ -163,7 +170,7 @@ def _purge(session: _Session, args: argparse.Namespace, ask: Callable[[str], str
                     done += 1
                     _progress(done, len(letters), "purged")
         finally:
-            print(f"{done} of {len(letters)} purged", file=sys.stderr)
+            print(f"{done} of the {len(letters)} shown purged", file=sys.stderr)
     return 0
 
 

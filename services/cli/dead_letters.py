@@ -92,8 +92,11 @@ class Filter:
     reason: str | None = None  # case-insensitive substring of the reason
     type: str | None = None  # the event type, shell wildcards allowed (`post.*`)
     since: datetime | None = None  # dead at or after
+    ids: frozenset[str | None] | None = None  # only these message ids (what an operator was shown)
 
     def matches(self, letter: Letter) -> bool:
+        if self.ids is not None and letter.message_id not in self.ids:
+            return False
         if self.reason is not None and self.reason.lower() not in letter.reason.lower():
             return False
         if self.type is not None and not fnmatch.fnmatchcase(letter.type, self.type):

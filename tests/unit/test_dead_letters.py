@@ -55,6 +55,7 @@ def test_filters_combine_reason_type_and_since() -> None:
     assert dl.Filter(type="post.*").matches(letter) and not dl.Filter(type="follow.*").matches(letter)
     assert dl.Filter(since=dl.since("15m", NOW)).matches(letter)
     assert not dl.Filter(since=dl.since("5m", NOW)).matches(letter)
+    assert dl.Filter(ids=frozenset({"m1"})).matches(letter) and not dl.Filter(ids=frozenset({"m2"})).matches(letter)
     assert dl.since("2026-06-01T11:00:00Z", NOW) == NOW - timedelta(hours=1)
     with pytest.raises(dl.SelectionError, match="neither a duration"):
         dl.since("last week", NOW)

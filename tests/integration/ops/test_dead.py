@@ -110,7 +110,7 @@ def test_purge_asks_first_and_deletes_only_what_is_selected(walfeed: Walfeed, ch
 
     done = walfeed("dead", "purge", "--reason", "exhausted", "--yes")
     assert done.returncode == 0, done.stderr
-    assert "2 of 2 purged" in done.stderr
+    assert "2 of the 2 shown purged" in done.stderr
     left = eventually(lambda: depth(channel, topology.dead_queue) == 3 and drain(channel, topology.dead_queue),
                       timeout=10, what="the three not selected")
     assert sorted(p.message_id for p, _ in left) == sorted(ids["post.created"])
