@@ -20,7 +20,7 @@ from services.cli.dead_letters import Letter
 from services.core.amqp import parameters
 from services.core.topology import DeadLetterQueue
 
-# After this long without a delivery the queue holds nothing more for us (everything ready was sent at once).
+# After this long without a delivery, ask the queue whether it has anything ready left for us.
 IDLE: Final = 1.0
 _PROPERTIES: Final = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
                       "reply_to", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
@@ -46,19 +46,25 @@ class Held:
         self.queue = queue
         self.letters: list[Letter] = []
 
-    def take(self, expected: int, matches: Callable[[Letter], bool], want: int | None) -> None:
-        """Hold what the queue has ready (`expected`, its depth), or until `want` letters `matches`."""
+    def take(self, expected: int, matches: Callable[[Letter], bool], want: int | None,
+             ready: Callable[[], int | None]) -> None:
+        """Hold what the queue has ready (`expected`, its depth at the start), or until `want` letters `matches`.
+        A pause in deliveries ends it only once the queue has nothing ready left (`ready`): a busy broker may
+        pause longer than IDLE."""
         found = 0
         if expected == 0 or want == 0:
             return
         for method, props, body in self._channel.consume(self.queue.name, inactivity_timeout=IDLE):
             if method is None:
-                break
+                if not ready():
+                    break
+                continue
             letter = Letter(self.queue.name, method.delivery_tag, body, _properties(props), dict(props.headers or {}))
             self.letters.append(letter)
             found += matches(letter)
             if len(self.letters) >= expected or (want is not None and found >= want):
                 break
+        self._channel.cancel()  # what the broker sent beyond these goes back at once, and no more comes
 
     def remove(self, letter: Letter) -> None:
         """Ack: the letter leaves the dead queue for good."""
@@ -67,7 +73,6 @@ class Held:
     def release(self) -> None:
         """Every letter not removed goes back to the queue, in its place."""
         with contextlib.suppress(pika.exceptions.AMQPError):
-            self._channel.cancel()
             self._channel.basic_nack(0, multiple=True, requeue=True)
             self._channel.close()
 
@@ -102,7 +107,7 @@ class DeadBroker:
         if expected is None:
             return None
         held = Held(self._conn.channel(), queue)
-        held.take(expected, matches, want)
+        held.take(expected, matches, want, lambda: self.depth(queue.name))
         return held
 
     def republish(self, queue: DeadLetterQueue, letter: Letter, headers: dict[str, Any]) -> None:
