@@ -28,6 +28,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         with retention.connect(settings.database_url) as conn:
             pruned = retention.prune(conn, settings.slot, older_than, wait=args.wait, should_stop=stop.is_set)
+    except psycopg.errors.UndefinedFunction:
+        print("walfeed prune-outbox: the database has no retention functions yet: run `walfeed migrate` "
+              "(db/init/009_retention.sql)", file=sys.stderr)
+        return 1
     except psycopg.Error as exc:
         print(f"walfeed prune-outbox: database error: {str(exc).strip()}", file=sys.stderr)
         return 1
