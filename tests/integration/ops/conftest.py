@@ -16,7 +16,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from services.core.topology import Topology
 from services.worker import broker
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def depth(channel: BlockingChannel, queue: str) -> int:
 
 
 def drain(channel: BlockingChannel, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
-    out = []
+    out: list[tuple[pika.BasicProperties, bytes]] = []
     while True:
         method, props, body = channel.basic_get(queue, auto_ack=True)
         if method is None:

@@ -17,7 +17,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from services.core.events import Event, encode
 from services.core.topology import Topology
 from services.worker import broker, policy
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.ops.conftest import Walfeed, command, depth, drain
 
 pytestmark = pytest.mark.integration
@@ -89,15 +89,15 @@ def test_replay_sends_the_selected_letters_back_to_their_queue_with_a_fresh_budg
     done = walfeed("dead", "replay", "--type", "post.created", "--rate", "100")
     assert done.returncode == 0, done.stderr
     assert "3 of 3 replayed" in done.stderr
-    replayed = eventually(lambda: depth(channel, topology.fanout_queue) == 3 and drain(channel, topology.fanout_queue),
-                          timeout=10, what="three copies in the fan-out queue")
+    eventually(lambda: depth(channel, topology.fanout_queue) == 3, timeout=10, what="three copies in the fan-out queue")
+    replayed = drain(channel, topology.fanout_queue)
     assert sorted(p.message_id for p, _ in replayed) == sorted(ids["post.created"])
     for props, body in replayed:
         assert props.headers == {"x-walfeed-replays": 1}  # reason, attempt counters and dead time dropped
         assert props.type == "post.created" and props.delivery_mode == 2
         assert json.loads(body)["id"] == props.message_id
-    left = eventually(lambda: depth(channel, topology.dead_queue) == 2 and drain(channel, topology.dead_queue),
-                      timeout=10, what="the two others still dead")
+    eventually(lambda: depth(channel, topology.dead_queue) == 2, timeout=10, what="the two others still dead")
+    left = drain(channel, topology.dead_queue)
     assert sorted(p.message_id for p, _ in left) == sorted(ids["follow.created"])
 
 
@@ -111,8 +111,8 @@ def test_purge_asks_first_and_deletes_only_what_is_selected(walfeed: Walfeed, ch
     done = walfeed("dead", "purge", "--reason", "exhausted", "--yes")
     assert done.returncode == 0, done.stderr
     assert "2 of the 2 shown purged" in done.stderr
-    left = eventually(lambda: depth(channel, topology.dead_queue) == 3 and drain(channel, topology.dead_queue),
-                      timeout=10, what="the three not selected")
+    eventually(lambda: depth(channel, topology.dead_queue) == 3, timeout=10, what="the three not selected")
+    left = drain(channel, topology.dead_queue)
     assert sorted(p.message_id for p, _ in left) == sorted(ids["post.created"])
 
 
@@ -158,6 +158,6 @@ def test_a_copy_no_queue_takes_stops_the_replay_with_the_letter_still_dead(
     done = walfeed("dead", "replay")
     assert done.returncode == 1 and "no queue took the copy" in done.stderr and "0 of 5 replayed" in done.stderr
     assert "Traceback" not in done.stderr
-    left = eventually(lambda: depth(channel, topology.dead_queue) == 5 and drain(channel, topology.dead_queue),
-                      timeout=10, what="every letter still dead")
+    eventually(lambda: depth(channel, topology.dead_queue) == 5, timeout=10, what="every letter still dead")
+    left = drain(channel, topology.dead_queue)
     assert {p.message_id for p, _ in left} == {*ids["post.created"], *ids["follow.created"]}

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from services.core import retention
-from tests.harness.waiting import eventually
+from testkit.waiting import eventually
 from tests.integration.ops.conftest import Walfeed
 from tests.integration.relay.conftest import write_events
 
@@ -27,7 +27,7 @@ def _confirm_all(database_url: str, slot: str) -> None:
 
 def _ids(database_url: str, table: str = "outbox", column: str = "id") -> set[str]:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        return {str(r[0]) for r in conn.execute(f"SELECT {column} FROM {table}")}  # type: ignore[arg-type]
+        return {str(r[0]) for r in conn.execute(f"SELECT {column} FROM {table}")}
 
 
 def _prune_when_confirmed(database_url: str, slot: str) -> set[str]:
@@ -126,8 +126,8 @@ def test_processed_records_go_once_their_outbox_row_is_gone_and_they_are_old(dat
         with_row = record(kept_row, "2 hours")
         old = [record(None, "2 hours") for _ in range(5)]
         recent = record(None, "1 minute")
-    with retention.connect(database_url) as conn:
-        pruned = retention.prune(conn, slot_name, timedelta(hours=1), batch=2)
+    with retention.connect(database_url) as rconn:
+        pruned = retention.prune(rconn, slot_name, timedelta(hours=1), batch=2)
     assert pruned.processed == len(old)
     assert _ids(database_url, "processed_events", "event_id") == {with_row, recent}
 

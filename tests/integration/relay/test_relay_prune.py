@@ -7,8 +7,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.harness.processes import free_port
-from tests.harness.waiting import eventually
+from testkit.processes import free_port
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, Watcher, write_events
 from tests.integration.relay.test_relay_metrics import scrape
 

@@ -16,7 +16,7 @@ import pytest
 from services.core.events import Event, encode
 from services.core.topology import Topology
 from services.worker import broker, policy
-from tests.harness.infra import Infra
+from testkit.infra import Infra
 from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = pytest.mark.integration
