@@ -31,6 +31,12 @@ GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upser
 GRANT SELECT (id, aggregatetype, aggregateid, type, payload, created_at, published_at, claimed_by, claim_expires_at)
     ON outbox TO {relay};
 GRANT UPDATE (claimed_by, claim_expires_at, published_at) ON outbox TO {relay};
+-- relay's pruning timer (docs/adr/0071): only through the two functions of 009_retention.sql, which delete what
+-- is due and nothing else (SECURITY DEFINER); the relay itself may still delete no row.
+REVOKE ALL ON FUNCTION walfeed_outbox_watermark(text, boolean), walfeed_prune_batch(text, interval, integer)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION walfeed_outbox_watermark(text, boolean), walfeed_prune_batch(text, interval, integer)
+    TO {relay};
 
 -- worker (services/worker/sql.py): fan-out into timelines, the post's decision, the timeline floor, the outbox
 -- row of an event (visibility and authenticity checks), its idempotency records.

@@ -9,15 +9,19 @@
 | `WALFEED_RELAY_STANDBY_INTERVAL` | 2 | seconds between a standby relay's attempts to take the slot |
 | `WALFEED_RELAY_SHUTDOWN_TIMEOUT` | 10 | seconds to wait for outstanding confirms on SIGTERM/SIGINT |
 | `WALFEED_RELAY_BLOCKED_TIMEOUT` | 60 | blocked by the broker (resource alarm) this long: reconnect |
-| `WALFEED_RELAY_LAG_INTERVAL` | 5 | seconds between slot lag measurements |
+| `WALFEED_RELAY_LAG_INTERVAL` | 5 | seconds between slot lag measurements (and outbox size measurements) |
+| `WALFEED_RELAY_PRUNE_OLDER_THAN` | unset: off | prune on a timer what was confirmed this long ago (`7d`, ADR 0071) |
+| `WALFEED_RELAY_PRUNE_INTERVAL` | 300 | seconds between two prunes |
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
-from services.core.settings import METRICS_HOST, Env
+from services.core import durations
+from services.core.settings import METRICS_HOST, Env, SettingsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,8 @@ class RelaySettings:
     shutdown_timeout: float = 10.0
     blocked_timeout: float = 60.0
     lag_interval: float = 5.0
+    prune_older_than: timedelta | None = None  # None: the relay does not prune
+    prune_interval: float = 300.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RelaySettings:
@@ -43,4 +49,16 @@ class RelaySettings:
             shutdown_timeout=env.float("WALFEED_RELAY_SHUTDOWN_TIMEOUT", 10.0, minimum=0.0, maximum=600.0),
             blocked_timeout=env.float("WALFEED_RELAY_BLOCKED_TIMEOUT", 60.0, minimum=1.0, maximum=86_400.0),
             lag_interval=env.float("WALFEED_RELAY_LAG_INTERVAL", 5.0, minimum=0.5, maximum=3600.0),
+            prune_older_than=_duration(env, "WALFEED_RELAY_PRUNE_OLDER_THAN"),
+            prune_interval=env.float("WALFEED_RELAY_PRUNE_INTERVAL", 300.0, minimum=1.0, maximum=86_400.0),
         )
+
+
+def _duration(env: Env, name: str) -> timedelta | None:
+    raw = env.optional(name)
+    if raw is None:
+        return None
+    try:
+        return durations.parse(raw)
+    except durations.DurationError as exc:
+        raise SettingsError(f"{name}: {exc}") from None

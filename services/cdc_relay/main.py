@@ -16,6 +16,7 @@ from services.cdc_relay import metrics
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import Relay
+from services.cdc_relay.retention import RetentionThread
 from services.cdc_relay.stream import ReplicationStream
 from services.core.settings import Settings
 from services.core.topology import Topology
@@ -31,6 +32,16 @@ def run(settings: Settings, source: str) -> int:
         return 2
     relay_settings = RelaySettings.from_env()
     metrics.serve(relay_settings.metrics_port, relay_settings.metrics_host)
+    keeper = RetentionThread(settings.database_url, settings.slot, relay_settings.lag_interval,
+                             relay_settings.prune_older_than, relay_settings.prune_interval)
+    keeper.start()
+    try:
+        return _run_source(settings, relay_settings, source)
+    finally:
+        keeper.stop()
+
+
+def _run_source(settings: Settings, relay_settings: RelaySettings, source: str) -> int:
     if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
         from services.cdc_relay import poll
 

@@ -7,12 +7,13 @@ import logging
 import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import psycopg
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
-from psycopg.rows import TupleRow
+from psycopg.rows import dict_row, tuple_row
 
 from services.core import slots
 
@@ -69,36 +70,65 @@ RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lo
 for _target in ("postgres", "rabbitmq"):
     RECONNECTS.labels(_target)  # exported as 0 from the start, so that rate() and alerts see the series
 
+OUTBOX_ROWS = Gauge("walfeed_relay_outbox_rows", "Outbox rows (the statistics' live row estimate)")
+OUTBOX_BYTES = Gauge("walfeed_relay_outbox_bytes", "Outbox size on disk with its indexes")
+PROCESSED_ROWS = Gauge("walfeed_relay_processed_events_rows", "Processed-event records (live row estimate)")
+PROCESSED_BYTES = Gauge("walfeed_relay_processed_events_bytes", "processed_events size on disk with its indexes")
+PRUNED = Counter("walfeed_relay_pruned_rows_total", "Rows deleted by the relay's pruning timer", ["table"])
+for _table in ("outbox", "processed_events"):
+    PRUNED.labels(_table)
+
+
 def serve(port: int, host: str) -> None:
     if port:
         start_http_server(port, addr=host)
         log.info("metrics endpoint listening", extra={"host": host, "port": port})
 
 
-class SlotLagProbe(threading.Thread):
-    """Measures the slot lag every `interval` seconds until stopped. Failures are logged and retried."""
+class Periodic(threading.Thread):
+    """Runs `tick` every `interval` seconds on a database connection of its own until stopped. A failed tick is
+    logged (at `failure_level`), and its connection opened again at the next one."""
 
-    def __init__(self, database_url: str, slot: str, interval: float) -> None:
-        super().__init__(name="slot-lag", daemon=True)
-        self._url, self._slot, self._interval = database_url, slot, interval
+    failure_level = logging.WARNING
+
+    def __init__(self, name: str, database_url: str, interval: float) -> None:
+        super().__init__(name=name, daemon=True)
+        self._url, self._interval = database_url, interval
         self._stop = threading.Event()
 
     def stop(self) -> None:
         self._stop.set()
 
+    def tick(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
     def run(self) -> None:
-        conn: psycopg.Connection[TupleRow] | None = None
+        conn: psycopg.Connection[dict[str, Any]] | None = None
         while not self._stop.wait(self._interval):
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(self._url, autocommit=True, connect_timeout=3)
-                slot = slots.find(conn.cursor(), self._slot)
-                if slot is not None and slot.lag_bytes is not None:
-                    SLOT_LAG.set(slot.lag_bytes)
+                    conn = psycopg.connect(self._url, autocommit=True, connect_timeout=3, row_factory=dict_row)
+                self.tick(conn)
             except psycopg.Error as exc:
-                log.debug("slot lag probe failed", extra={"error": repr(exc)})
+                log.log(self.failure_level, "periodic database task failed",
+                        extra={"task": self.name, "error": repr(exc)})
                 if conn is not None:
                     conn.close()
                 conn = None
         if conn is not None:
             conn.close()
+
+
+class SlotLagProbe(Periodic):
+    """Measures the slot lag every `interval` seconds until stopped."""
+
+    failure_level = logging.DEBUG  # while Postgres is down the relay itself says so
+
+    def __init__(self, database_url: str, slot: str, interval: float) -> None:
+        super().__init__("slot-lag", database_url, interval)
+        self._slot = slot
+
+    def tick(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        slot = slots.find(conn.cursor(row_factory=tuple_row), self._slot)
+        if slot is not None and slot.lag_bytes is not None:
+            SLOT_LAG.set(slot.lag_bytes)

@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="slot lag, queue depths, dead letters")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    # Operations (issue 16): dead letters and retention. Logic in services/cli/dead*.py and prune.py.
+    from services.cli import ops_args  # argument definitions only: imports no broker or database client
+
+    ops_args.add_parsers(sub)
     return parser
 
 
@@ -112,6 +117,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import status
 
         return status.run(settings, as_json=args.json)
+    if args.command == "dead":
+        from services.cli import dead
+
+        return dead.run(settings, args)
+    if args.command == "prune-outbox":
+        from services.cli import prune
+
+        return prune.run(settings, args)
     raise AssertionError(args.command)
 
 

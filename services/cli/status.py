@@ -6,13 +6,14 @@ import contextlib
 import logging
 import sys
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 
 import orjson
 import pika
 import pika.exceptions
 import psycopg
 
-from services.core import slots
+from services.core import durations, retention, slots
 from services.core.amqp import parameters
 from services.core.settings import Settings
 from services.core.topology import Topology
@@ -52,6 +53,28 @@ def slot_status(settings: Settings) -> SlotStatus:
                       retained_bytes=slot.retained_bytes, wal_status=slot.wal_status)
 
 
+@dataclass(frozen=True)
+class TablesStatus:
+    """The outbox and processed_events: rows (the statistics' estimate), bytes, the oldest unpublished row."""
+
+    outbox_rows: int | None = None
+    outbox_bytes: int | None = None
+    processed_rows: int | None = None
+    processed_bytes: int | None = None
+    oldest_unpublished: str | None = None  # RFC 3339
+    error: str | None = None
+
+
+def tables_status(settings: Settings) -> TablesStatus:
+    try:
+        with retention.connect(settings.database_url) as conn:
+            found = retention.sizes(conn)
+    except psycopg.Error as exc:
+        return TablesStatus(error=str(exc).strip())
+    oldest = found.oldest_unpublished.isoformat() if found.oldest_unpublished else None
+    return TablesStatus(found.outbox_rows, found.outbox_bytes, found.processed_rows, found.processed_bytes, oldest)
+
+
 def queue_status(settings: Settings) -> list[QueueStatus]:
     topology = Topology(settings.amqp_prefix)
     try:
@@ -87,7 +110,20 @@ def _size(n: int | None) -> str:
     return f"{value:.1f} {unit}"
 
 
-def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:
+def render_tables(tables: TablesStatus, now: datetime) -> list[str]:
+    if tables.error:
+        return ["TABLES", f"  {tables.error}"]
+    oldest = "none"
+    if tables.oldest_unpublished:
+        oldest = durations.render(now - datetime.fromisoformat(tables.oldest_unpublished)) + " old"
+    return ["TABLES",
+            f"  outbox            ~{tables.outbox_rows} rows, {_size(tables.outbox_bytes)}; oldest not published "
+            f"by a poller (CDC: the oldest row): {oldest}  (`walfeed prune-outbox`)",
+            f"  processed_events  ~{tables.processed_rows} rows, {_size(tables.processed_bytes)}"]
+
+
+def render(slot: SlotStatus, queues: list[QueueStatus], tables: TablesStatus | None = None,
+           now: datetime | None = None) -> str:
     lines = ["REPLICATION SLOT"]
     if not slot.exists:
         lines.append(f"  {slot.name}: {slot.error}")
@@ -105,16 +141,18 @@ def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:
         else:
             warn = "  <- dead letters: inspect them" if q.name.endswith(".dead") and q.messages else ""
             lines.append(f"  {q.name:<40} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
+    if tables is not None:
+        lines += render_tables(tables, now or datetime.now(UTC))
     return "\n".join(lines)
 
 
 def run(settings: Settings, *, as_json: bool = False) -> int:
     logging.getLogger("pika").setLevel(logging.CRITICAL)  # a missing queue is reported below, not as a warning
-    slot, queues = slot_status(settings), queue_status(settings)
+    slot, queues, tables = slot_status(settings), queue_status(settings), tables_status(settings)
     if as_json:
-        sys.stdout.write(orjson.dumps({"slot": asdict(slot), "queues": [asdict(q) for q in queues]},
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps({"slot": asdict(slot), "queues": [asdict(q) for q in queues],
+                                       "tables": asdict(tables)}, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(render(slot, queues))
+        print(render(slot, queues, tables))
     healthy = slot.exists and not any(q.error and "unreachable" in q.error for q in queues)
     return 0 if healthy else 1

@@ -7,6 +7,17 @@ from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetterQueue:
+    """A dead queue and how its letters go back where they came from: published to `exchange` with `routing_key`
+    (the origin queue's binding there), as the consumer that dead-lettered them publishes its own copies."""
+
+    name: str
+    origin: str  # the queue the letters were consumed from
+    exchange: str
+    routing_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Topology:
     prefix: str
 
@@ -35,6 +46,13 @@ class Topology:
 
     # The fan-out queue's bindings on the events exchange.
     fanout_bindings: ClassVar[tuple[str, ...]] = ("post.*", "follow.*")
+
+    def dead_letter_queues(self) -> tuple[DeadLetterQueue, ...]:
+        """Every dead queue walfeed declares, for `walfeed dead` (docs/operations.md). A consumer with a dead queue
+        adds its line here."""
+        return (
+            DeadLetterQueue(self.dead_queue, self.fanout_queue, self.settle_exchange, self.fanout_queue),
+        )
 
     def queues(self) -> tuple[str, ...]:
         return (self.fanout_queue, self.retry_queue, self.dead_queue)

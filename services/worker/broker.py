@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 import pika
@@ -63,6 +64,7 @@ def publish_outcome(publisher: BlockingChannel, topology: Topology, outcome: pol
         queue, out = topology.retry_queue, _copy_properties(props, headers, str(outcome.delay_ms))
     else:
         headers = policy.copy_headers(props.headers, **{policy.REASON_HEADER: outcome.reason,
-                                                        policy.ATTEMPTS_HEADER: outcome.attempts})
+                                                        policy.ATTEMPTS_HEADER: outcome.attempts,
+                                                        policy.DEAD_AT_HEADER: int(time.time())})
         queue, out = topology.dead_queue, _copy_properties(props, headers)
     publisher.basic_publish(topology.settle_exchange, queue, body, out, mandatory=True)

@@ -13,6 +13,7 @@ from services.core.events import FANOUT_TYPES, Event, MalformedEvent, decode
 ATTEMPT_HEADER: Final = "x-walfeed-attempt"  # 1-based number of the delivery attempt this copy is
 REASON_HEADER: Final = "x-walfeed-reason"  # why the message is in the dead queue (or why it was last retried)
 ATTEMPTS_HEADER: Final = "x-walfeed-attempts"  # attempts made before dead-lettering
+DEAD_AT_HEADER: Final = "x-walfeed-dead-at"  # when it was dead-lettered, whole seconds since the epoch
 
 # Headers the broker adds when dead-lettering; a republished copy starts without them (see docs/adr/0020).
 _BROKER_HEADERS: Final = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",

@@ -1,6 +1,8 @@
 """`walfeed status` rendering: what an operator reads at a glance."""
 
-from services.cli.status import QueueStatus, SlotStatus, _size, render
+from datetime import UTC, datetime
+
+from services.cli.status import QueueStatus, SlotStatus, TablesStatus, _size, render
 
 
 def test_sizes_read_like_a_person_writes_them() -> None:
@@ -24,3 +26,14 @@ def test_an_inactive_slot_and_dead_letters_stand_out() -> None:
 def test_a_missing_slot_says_what_to_run() -> None:
     assert "run `walfeed migrate`" in render(SlotStatus("walfeed", exists=False,
                                                         error="slot missing: run `walfeed migrate`"), [])
+
+
+def test_the_outbox_and_processed_records_show_their_size_and_oldest_row() -> None:
+    now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    text = render(SlotStatus("walfeed", exists=False, error="x"), [],
+                  TablesStatus(1200, 3 * 1024**2, 40, 16384, "2026-06-01T09:30:00+00:00"), now)
+    outbox, processed = text.splitlines()[-2:]
+    assert "~1200 rows, 3.0 MB" in outbox and "2h30m old" in outbox and "walfeed prune-outbox" in outbox
+    assert "~40 rows, 16.0 kB" in processed
+    assert render(SlotStatus("walfeed", exists=False, error="x"), [], TablesStatus(error="connection refused"),
+                  now).splitlines()[-1] == "  connection refused"

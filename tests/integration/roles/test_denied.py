@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import LiteralString
 
 import pika
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 
 from services.cli.roles import RoleSettings
-from services.core import slots
+from services.core import retention_sql, slots
 from services.core.topology import Topology
 from services.worker import broker
 from testkit.infra import Infra
@@ -65,6 +66,21 @@ def test_the_relay_role_reads_its_slot_position_and_lag(role_env: RoleEnv, slot_
     with psycopg.connect(role_env("relay")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
         slot = slots.find(conn.cursor(), slot_name)
     assert slot is not None and slot.lag_bytes is not None
+
+
+def test_the_relay_role_prunes_through_the_retention_functions_only(role_env: RoleEnv, slot_name: str) -> None:
+    """The pruning timer's statements run as the relay (ADR 0071); the rows themselves stay out of its reach (the
+    DELETE in DENIED), and no other role may run the functions."""
+    with psycopg.connect(role_env("relay")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
+        assert conn.execute(retention_sql.WATERMARK, {"slot": slot_name, "record": True}).fetchone() == (1,)
+        assert conn.execute(retention_sql.PRUNE_BATCH, {"slot": slot_name, "older_than": timedelta(days=1),
+                                                        "batch": 10}).fetchone() == (0, 0, 0)
+        conn.execute(retention_sql.SIZES).fetchall()
+        conn.execute(retention_sql.OLDEST_UNPUBLISHED).fetchall()
+    for process in ("api", "worker"):
+        with psycopg.connect(role_env(process)["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
+                pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(retention_sql.PRUNE_BATCH, {"slot": slot_name, "older_than": timedelta(0), "batch": 10})
 
 
 def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEnv,

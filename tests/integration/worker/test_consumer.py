@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -140,6 +141,7 @@ def test_a_handler_that_always_raises_is_dead_lettered_and_others_proceed(
     assert props.message_id == str(broken.id) and body == ev.encode(broken)
     assert props.headers[policy.ATTEMPTS_HEADER] == 4
     assert props.headers[policy.REASON_HEADER] == f"attempts exhausted: RuntimeError: injected failure for {broken.id}"
+    assert abs(props.headers[policy.DEAD_AT_HEADER] - time.time()) < 120  # `walfeed dead` ages count from it
     assert "x-death" not in props.headers
 
 

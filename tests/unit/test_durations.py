@@ -1,0 +1,27 @@
+"""Durations as operators write them."""
+
+from datetime import timedelta
+
+import pytest
+
+from services.core import durations
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0", timedelta(0)), ("90s", timedelta(seconds=90)), ("15m", timedelta(minutes=15)), ("6h", timedelta(hours=6)),
+    ("7d", timedelta(days=7)), ("2w", timedelta(weeks=2)), ("1d12h", timedelta(hours=36)),
+    (" 1.5H ", timedelta(hours=1.5)),
+])
+def test_durations_parse(text: str, expected: timedelta) -> None:
+    assert durations.parse(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "7", "7 days", "-1h", "1h-", "d", "1y", "1h 30m"])
+def test_anything_else_is_refused_with_the_form(text: str) -> None:
+    with pytest.raises(durations.DurationError, match=r"e\.g\. 90s, 15m"):
+        durations.parse(text)
+
+
+def test_ages_render_in_their_two_largest_units() -> None:
+    assert [durations.render(timedelta(seconds=s)) for s in (0, 59, 3700, 90_061, -5)] == [
+        "0s", "59s", "1h1m", "1d1h", "0s"]
