@@ -152,3 +152,12 @@ if command -v rabbitmq-plugins >/dev/null; then
   fi
   say "rabbitmq_prometheus enabled (queue metrics on 127.0.0.1:15692)"
 fi
+
+# 9. systemd-analyze, to verify deploy/systemd's units (tests/unit/test_systemd.py). Installing Debian's systemd
+#    package does not make it PID 1: nothing is started.
+if ! command -v systemd-analyze >/dev/null; then
+  say "installing systemd (for systemd-analyze verify)"
+  as_root apt-get update -qq || die "apt-get update failed"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd \
+    || die "could not install systemd"
+fi
