@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from services.cli import timeline_diff as td
+from services.core.feed import TIMELINE_CAP
 from tests.harness.processes import Processes
 from tests.harness.waiting import eventually
 from tests.integration.worker import world
@@ -193,3 +194,35 @@ def test_rebuild_refuses_unknown_users_and_bad_arguments_and_writes_nothing(
     assert mixed.returncode == 2 and "not both" in mixed.stderr
     fine = _walfeed(processes, "rebuild", "timelines", "--user", *map(str, users), "--check")
     assert fine.returncode == 0 and "2 users checked, 0 differ" in fine.stdout
+
+
+def test_an_emptied_timeline_is_refilled_up_to_the_cap_its_floor_raised_and_a_run_resumes_after_a_user(
+        db: psycopg.Connection[Any], processes: Processes) -> None:
+    reader, author, other = world.add_users(db, 3)
+    world.followers_in_bulk(db, author, [reader])
+    posts = [r[0] for r in db.execute(
+        "INSERT INTO posts (author_id, body, fanned_out) SELECT %s, 'old', true FROM generate_series(1, %s) "
+        "RETURNING id", (author, 2 * TIMELINE_CAP + 10))]
+    db.commit()  # decided and pushed, but no row anywhere: a timelines table emptied by hand
+
+    check = _walfeed(processes, "rebuild", "timelines", "--user", str(reader), "--check", "--settle", "0")
+    assert check.returncode == 1
+    newest = sorted(posts)[-TIMELINE_CAP:]
+    assert f"user {reader}: {TIMELINE_CAP} missing" in check.stdout
+    assert f"floor 0 too low: more than 2 x the cap of posts above it, to raise to {newest[0]}" in check.stdout
+
+    resumed = _walfeed(processes, "rebuild", "timelines", "--all", "--after", str(reader), "--batch-size", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 users checked, 1 repaired" in resumed.stdout  # the author (its own posts); the reader comes before
+    assert f"up to user {other} (resume with --all --after {other})" in resumed.stderr
+    assert not db.execute("SELECT 1 FROM timelines WHERE user_id = %s", (reader,)).fetchone()
+    db.rollback()
+    one = _walfeed(processes, "rebuild", "timelines", "--user", str(reader))
+    assert one.returncode == 0 and "1 users checked, 1 repaired" in one.stdout, one.stdout + one.stderr
+    assert f"{TIMELINE_CAP} rows inserted, 0 deleted, 1 floors raised" in one.stdout
+    rows = [r[0] for r in db.execute("SELECT post_id FROM timelines WHERE user_id = %s ORDER BY post_id", (reader,))]
+    floor = db.execute("SELECT timeline_floor FROM users WHERE id = %s", (reader,)).fetchone()[0]  # type: ignore[index]
+    db.rollback()
+    assert rows == newest and floor == newest[0]
+    again = _walfeed(processes, "rebuild", "timelines", "--all", "--check", "--settle", "0")
+    assert again.returncode == 0 and "0 differ" in again.stdout, again.stdout
