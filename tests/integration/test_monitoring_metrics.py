@@ -4,6 +4,7 @@ the api, the relay and the worker started as `walfeed` subprocesses, and RabbitM
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -12,8 +13,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 from tests.unit.environment import ROOT
 from tests.unit.test_monitoring import alert_rules, dashboard_exprs
 
@@ -46,6 +47,10 @@ def _rabbitmq_url() -> str:
     return f"http://127.0.0.1:15692{job['metrics_path']}?{query}"
 
 
+def _served_at(url: str) -> set[str]:
+    return served(_scrape(url))
+
+
 def _scrape(url: str) -> str:
     resp = httpx.get(url, timeout=5)
     resp.raise_for_status()
@@ -62,7 +67,7 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_served(processes: Proc
                  "worker": f"http://127.0.0.1:{worker_port}/metrics", "rabbitmq": _rabbitmq_url()}
     names: dict[str, set[str]] = {}
     for process, url in endpoints.items():
-        names[process] = eventually(lambda url=url: served(_scrape(url)), timeout=60, what=f"{process} /metrics")
+        names[process] = eventually(functools.partial(_served_at, url), timeout=60, what=f"{process} /metrics")
 
     wanted = used()
     assert {n.split("_")[1] for n in wanted if n.startswith("walfeed_")} == {"api", "relay", "worker"}

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from services.core import sdnotify
-from tests.harness.processes import Processes, free_port
-from tests.harness.waiting import eventually
+from testkit.processes import Processes, free_port
+from testkit.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

@@ -15,8 +15,8 @@ import pytest
 
 from services.cli import timeline_diff as td
 from services.core.feed import TIMELINE_CAP
-from tests.harness.processes import Processes
-from tests.harness.waiting import eventually
+from testkit.processes import Processes
+from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import WORKER_ENV
 
