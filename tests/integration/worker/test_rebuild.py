@@ -12,7 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
+from services.cli import rebuild
 from services.cli import timeline_diff as td
 from services.core.feed import TIMELINE_CAP
 from testkit.processes import Processes
@@ -226,3 +228,75 @@ def test_an_emptied_timeline_is_refilled_up_to_the_cap_its_floor_raised_and_a_ru
     assert rows == newest and floor == newest[0]
     again = _walfeed(processes, "rebuild", "timelines", "--all", "--check", "--settle", "0")
     assert again.returncode == 0 and "0 differ" in again.stdout, again.stdout
+
+
+def _rebuild_state(database_url: str, users: list[int]) -> list[td.Diff]:
+    with psycopg.connect(database_url, row_factory=dict_row, autocommit=True) as conn:
+        return rebuild._diff(conn, users)
+
+
+def _repair(database_url: str, diffs: list[td.Diff]) -> rebuild.Totals:
+    totals = rebuild.Totals()
+    with psycopg.connect(database_url, row_factory=dict_row, autocommit=True) as conn:
+        rebuild._repair(conn, diffs, totals)
+    return totals
+
+
+def test_a_repair_writes_only_what_is_still_wrong_when_it_writes(
+        db: psycopg.Connection[Any], database_url: str) -> None:
+    """A diff read before a deletion or a follow is stale by the time it is repaired: the post deleted since is not
+    inserted, the row whose author the user follows since is not deleted (each write re-checks under the locks)."""
+    reader, author = world.add_users(db, 2)
+    post = _pushed(db, author)
+    db.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (%s, %s, %s)", (reader, post, author))
+    db.commit()  # a row of an author the reader does not follow
+    diffs = _rebuild_state(database_url, [reader, author])
+    assert [d.stray for d in diffs] == [(td.Stray(td.Row(post, author), "not followed", author),), ()]
+    world.follow(db, reader, author)
+    assert _repair(database_url, diffs).deleted == 0
+    assert _present(db, reader, post)
+
+    gone = _pushed(db, author)
+    diffs = _rebuild_state(database_url, [reader])
+    assert diffs[0].missing == (td.Row(gone, author),)
+    db.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (gone,))
+    db.execute("DELETE FROM timelines WHERE post_id = %s", (gone,))
+    db.commit()  # deleted, and its rows removed, as the api and a worker would
+    assert _repair(database_url, diffs).inserted == 0
+    assert not _present(db, reader, gone)
+
+
+def _pushed(db: psycopg.Connection[Any], author: int) -> int:
+    """A post decided pushed, with its author's own row (as a worker leaves it)."""
+    post: int = db.execute("INSERT INTO posts (author_id, body, fanned_out) VALUES (%s, 'p', true) RETURNING id",
+                           (author,)).fetchone()[0]  # type: ignore[index]
+    db.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (%s, %s, %s)", (author, post, author))
+    db.commit()
+    return post
+
+
+def test_a_repair_waits_for_a_worker_that_holds_the_authors_lock(
+        db: psycopg.Connection[Any], database_url: str) -> None:
+    """The worker's post.deleted and follow.* hold the author's advisory lock exclusively (ADR 0022): a repair of
+    that author's rows waits for their commit and then sees what they committed (docs/adr/0073)."""
+    reader, author = world.add_users(db, 2)
+    world.followers_in_bulk(db, author, [reader])
+    post = _pushed(db, author)
+    diffs = _rebuild_state(database_url, [reader])
+    assert diffs[0].missing == (td.Row(post, author),)
+
+    done: list[rebuild.Totals] = []
+    repairing = threading.Thread(target=lambda: done.append(_repair(database_url, diffs)))
+    with psycopg.connect(database_url) as worker:
+        worker.execute("SELECT pg_advisory_xact_lock(%s)", (author,))  # as a worker's post.deleted batch
+        worker.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (post,))  # (the api's commit, here)
+        repairing.start()
+        eventually(lambda: db.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s", (author,)
+        ).fetchone() == (1,), timeout=30, what="the repair waiting for the author's lock")
+        db.rollback()
+        assert not done
+        worker.commit()
+    repairing.join(30)
+    assert done and done[0].inserted == 0  # it saw the deletion committed while it waited
+    assert db.execute("SELECT count(*) FROM timelines WHERE user_id = %s", (reader,)).fetchone() == (0,)
