@@ -127,3 +127,37 @@ if ! amqp_up; then
   amqp_up || die "RabbitMQ did not open 127.0.0.1:5672 in 60 s; see /var/log/rabbitmq/"
 fi
 say "RabbitMQ reachable on 127.0.0.1:5672"
+
+# 7. Monitoring checks (tests/unit/test_monitoring.py): promtool, from Debian's prometheus package. Only the
+#    promtool binary is taken out of the package (a static Go program): installing the package would also install
+#    and start a Prometheus server on this machine.
+if ! command -v promtool >/dev/null; then
+  say "installing promtool (from Debian's prometheus package, without the server)"
+  dl=$(mktemp -d)
+  trap 'rm -rf "$dl"' EXIT
+  (cd "$dl" && as_root apt-get download prometheus >/dev/null 2>&1) \
+    || { as_root apt-get update -qq && (cd "$dl" && as_root apt-get download prometheus >/dev/null 2>&1); } \
+    || die "could not download Debian's prometheus package for promtool"
+  dpkg-deb -x "$dl"/prometheus_*.deb "$dl/x" || die "could not unpack the prometheus package"
+  as_root install -m 0755 "$dl/x/usr/bin/promtool" /usr/local/bin/promtool
+fi
+say "promtool present ($(promtool --version 2>&1 | head -n 1))"
+
+# 8. RabbitMQ's Prometheus plugin: per-queue depths and consumers on port 15692, which deploy/prometheus/alerts.yml
+#    and the dashboard use. Enabling it starts no new broker and restarts nothing.
+if command -v rabbitmq-plugins >/dev/null; then
+  if ! as_root rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_prometheus; then
+    say "enabling rabbitmq_prometheus"
+    as_root rabbitmq-plugins enable rabbitmq_prometheus >/dev/null || die "could not enable rabbitmq_prometheus"
+  fi
+  say "rabbitmq_prometheus enabled (queue metrics on 127.0.0.1:15692)"
+fi
+
+# 9. systemd-analyze, to verify deploy/systemd's units (tests/unit/test_systemd.py). Installing Debian's systemd
+#    package does not make it PID 1: nothing is started.
+if ! command -v systemd-analyze >/dev/null; then
+  say "installing systemd (for systemd-analyze verify)"
+  as_root apt-get update -qq || die "apt-get update failed"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd \
+    || die "could not install systemd"
+fi

@@ -18,6 +18,9 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import uvicorn
@@ -26,7 +29,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from services.api.app import create_app, scrape_registry
 from services.api.config import ApiSettings
-from services.core import logs
+from services.core import logs, sdnotify
 from services.core.settings import Settings
 
 __all__ = ["create_app", "run", "worker_app"]
@@ -40,6 +43,7 @@ def run(settings: Settings, host: str, port: int) -> int:
     api = ApiSettings.from_env()
     log.info("api starting", extra={"host": host, "port": port, "workers": api.workers,
                                     "max_body_bytes": api.max_body_bytes})
+    _notify_when_serving(host, port)
     if api.workers > 1:
         _run_workers(host, port, api)
     else:
@@ -63,6 +67,28 @@ def _metrics_port(api: ApiSettings, registry: CollectorRegistry) -> Iterator[Non
     finally:
         server.shutdown()
         thread.join(5)
+
+
+def _notify_when_serving(host: str, port: int) -> None:
+    """Under systemd (Type=notify, deploy/systemd): READY=1 once /healthz answers on our port, with one worker
+    process or several (the supervisor does not know when its workers serve). Nothing without $NOTIFY_SOCKET."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = f"http://{f'[{local}]' if ':' in local else local}:{port}/healthz"
+
+    def probe() -> None:
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=1) as resp:
+                    if resp.status == 200:
+                        sdnotify.ready(f"serving on {host}:{port}")
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)  # not serving yet: probe again
+
+    threading.Thread(target=probe, name="sd-notify", daemon=True).start()
 
 
 def _run_single(app: FastAPI, host: str, port: int) -> None:

@@ -65,6 +65,8 @@ CONFIRM_LATENCY = BatchHistogram(
 )
 IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events read from the source, not confirmed by the broker yet")
 SLOT_LAG = Gauge("walfeed_relay_slot_lag_bytes", "pg_current_wal_lsn() - confirmed_flush_lsn of the slot")
+SLOT_RETAINED = Gauge("walfeed_relay_slot_retained_bytes",
+                      "pg_current_wal_lsn() - restart_lsn of the slot: WAL the server keeps for it")
 CONFIRMED_LSN = Gauge("walfeed_relay_confirmed_lsn", "Last WAL position confirmed to Postgres")
 RECONNECTS = Counter("walfeed_relay_reconnects_total", "Reconnections after a lost connection", ["target"])
 for _target in ("postgres", "rabbitmq"):
@@ -120,7 +122,7 @@ class Periodic(threading.Thread):
 
 
 class SlotLagProbe(Periodic):
-    """Measures the slot lag every `interval` seconds until stopped."""
+    """Measures the slot lag and the WAL retained for the slot every `interval` seconds until stopped."""
 
     failure_level = logging.DEBUG  # while Postgres is down the relay itself says so
 
@@ -132,3 +134,5 @@ class SlotLagProbe(Periodic):
         slot = slots.find(conn.cursor(row_factory=tuple_row), self._slot)
         if slot is not None and slot.lag_bytes is not None:
             SLOT_LAG.set(slot.lag_bytes)
+        if slot is not None and slot.retained_bytes is not None:
+            SLOT_RETAINED.set(slot.retained_bytes)

@@ -37,7 +37,7 @@ from services.cdc_relay.poll_policy import (
     next_poll_delay,
 )
 from services.cdc_relay.publisher_thread import PublisherThread
-from services.core import backoff
+from services.core import backoff, sdnotify
 from services.core.settings import Settings
 from services.core.topology import Topology
 
@@ -100,6 +100,7 @@ class Poller:
         self._publisher.start()
         log.info("polling", extra={"poller": self.id, "interval": self._poll.interval, "batch": self._poll.batch,
                                    "lease": self._poll.lease})
+        sdnotify.ready("polling the outbox")
         attempt = 0
         try:
             while not self._stopping:

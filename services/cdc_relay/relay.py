@@ -27,7 +27,7 @@ from services.cdc_relay.positions import PositionTracker
 from services.cdc_relay.sessions import Sessions
 from services.cdc_relay.stream import ReplicationError, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
-from services.core import backoff
+from services.core import backoff, sdnotify
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ class Relay:
             return
         except SlotBusy as exc:
             log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
+            sdnotify.ready("standby: the slot is streamed by another relay")
             self._ioloop.call_later(self._cfg.standby_interval, self._open_stream)
             return
         except ReplicationError as exc:
@@ -145,6 +146,7 @@ class Relay:
         self._stream, self._fd = stream, stream.fileno()
         self._sent, self._last_feedback = stream.start_lsn, self._clock()
         log.info("streaming", extra={"slot": self._slot, "lsn": format_lsn(stream.start_lsn)})
+        sdnotify.ready(f"streaming slot {self._slot}")
         self._watch(True)
         self._schedule_read()
 
@@ -260,6 +262,7 @@ class Relay:
         self._stop_deadline = self._clock() + self._cfg.shutdown_timeout
         in_flight = self._tracker.in_flight if self._tracker is not None else 0
         log.info("stopping: waiting for outstanding confirms", extra={"in_flight": in_flight})
+        sdnotify.stopping(f"waiting for {in_flight} outstanding confirms")
         self._wait_for_confirms()
 
     def _wait_for_confirms(self) -> None:

@@ -57,7 +57,36 @@ def _parser() -> argparse.ArgumentParser:
     from services.cli import ops_args  # argument definitions only: imports no broker or database client
 
     ops_args.add_parsers(sub)
+    _rebuild_parser(sub)
     return parser
+
+
+# --- walfeed rebuild timelines (issue 16, docs/adr/0073) ---
+def _rebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rebuild = sub.add_parser("rebuild", help="recompute projections from the source tables, online")
+    what = rebuild.add_subparsers(dest="projection", required=True, metavar="PROJECTION")
+    timelines = what.add_parser("timelines", help="compare home timelines with posts + follows and repair them")
+    who = timelines.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", type=int, action="extend", nargs="+", default=[], metavar="ID", help="these users")
+    who.add_argument("--all", action="store_true", dest="all_users", help="every user, in id order")
+    timelines.add_argument("--after", type=int, default=0, metavar="ID", help="with --all: resume after this user")
+    timelines.add_argument("--check", action="store_true", help="report users whose timelines differ; write nothing")
+    timelines.add_argument("--batch-size", type=int, default=100, help="users per batch (default 100)")
+    timelines.add_argument("--settle", type=float, default=5.0, metavar="SECONDS",
+                           help="--check reads differing users again after this long and reports what both reads "
+                           "show (default 5; 0: one read)")
+
+
+def _run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli import rebuild
+
+    try:
+        return rebuild.run(settings, users=args.user, all_users=args.all_users, after=args.after, check=args.check,
+                           batch_size=args.batch_size, settle=args.settle)
+    except rebuild.RebuildError as exc:
+        print(f"walfeed rebuild: {exc}", file=sys.stderr)
+        return 2
+# --- end walfeed rebuild ---
 
 
 _OVERRIDES = {
@@ -125,6 +154,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import prune
 
         return prune.run(settings, args)
+    if args.command == "rebuild":
+        return _run_rebuild(args, settings)
     raise AssertionError(args.command)
 
 

@@ -14,7 +14,7 @@ from services.worker import policy
 
 # Dead letters kept before the dead queue refuses more (reject-publish: the worker's confirm is a nack, and it parks
 # the message in the retry queue instead of losing it). Far above what an operator should let pile up: the alert
-# rule in ops/prometheus/alerts.yml fires on the first dead letter.
+# rule in deploy/prometheus/alerts.yml fires on the first dead letter.
 DEAD_MAX_LENGTH: Final = 100_000
 
 

@@ -24,6 +24,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
+from services.core import sdnotify
 from services.core.events import Event
 from services.core.topology import Topology
 from services.worker import broker, metrics, policy
@@ -94,6 +95,7 @@ class Session:
         tag = channel.basic_consume(self._topology.fanout_queue, on_message, auto_ack=False)
         log.info("consuming", extra={"queue": self._topology.fanout_queue, "prefetch": self._limits.prefetch,
                                      "batch_size": self._limits.batch_size})
+        sdnotify.ready(f"consuming {self._topology.fanout_queue}")
         while not self._stopping.is_set():
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         channel.basic_cancel(tag)  # undispatched deliveries are returned to the queue by pika

@@ -17,6 +17,7 @@ from types import FrameType
 
 import pika.exceptions
 
+from services.core import sdnotify
 from services.core.amqp import connect_with_retry
 from services.core.db import make_pool
 from services.core.settings import Settings
@@ -44,6 +45,7 @@ def run(settings: Settings) -> int:
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("stop requested", extra={"signal": signal.Signals(signum).name})
         stopping.set()
+        sdnotify.stopping("finishing running batches")
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

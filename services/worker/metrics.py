@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from prometheus_client import Counter, Histogram, start_http_server
 
@@ -19,6 +20,10 @@ LATENCY = Histogram("walfeed_worker_handler_seconds", "Time to process one messa
                     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))
 DEAD_QUEUE_FULL = Counter("walfeed_worker_dead_queue_full_total",
                           "Dead letters the full dead queue refused (parked in the retry queue instead)")
+# Commit to effect: from the event's occurred_at (its outbox row's transaction) to the worker's commit of its
+# effects, for applied events; what a follower waits for a post, end to end, on this worker's side.
+DELAY = Histogram("walfeed_worker_event_delay_seconds", "From the event's occurred_at to its effects committed",
+                  ["type"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied together in one batch transaction",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 
@@ -38,6 +43,8 @@ def observe(result: Result) -> None:
         outcome = result.outcome
         MESSAGES.labels(result.event_type, type(outcome).__name__.lower()).inc()
         LATENCY.labels(result.event_type).observe(result.seconds)
+        if isinstance(outcome, policy.Ack) and result.event is not None:
+            DELAY.labels(result.event_type).observe(max(0.0, time.time() - result.event.occurred_at.timestamp()))
         if isinstance(outcome, policy.Retry):
             RETRIES.labels(result.event_type).inc()
         elif isinstance(outcome, policy.Dead):

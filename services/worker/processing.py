@@ -34,7 +34,7 @@ class Result:
     event_id: str | None
     label: str  # what the handler did, or why it failed
     seconds: float
-    event: Event | None = None  # the decoded event, for a Large outcome's continuation
+    event: Event | None = None  # the decoded event: a Large outcome's continuation, the delay metric of an Ack
 
 
 class Processor:
@@ -105,4 +105,4 @@ class Processor:
         if done == decide.LARGE:
             return Result(policy.LARGE, event.type, str(event.id), done, seconds, event)
         log.debug("event applied", extra={**context, "action": done})
-        return Result(policy.ACK, event.type, str(event.id), done, seconds)
+        return Result(policy.ACK, event.type, str(event.id), done, seconds, event)

@@ -83,3 +83,18 @@ def test_the_walfeed_variables_compose_passes_are_ones_the_processes_read() -> N
               if name.startswith("WALFEED_")}
     assert passed, "compose.yaml passes no WALFEED_* variable"
     assert passed <= variables_read(), passed - variables_read()
+
+
+def test_prometheus_and_grafana_are_optional_and_load_the_files_in_deploy() -> None:
+    services = _compose(_with_secrets())["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+        assert all(port.startswith("127.0.0.1:") for port in services[name]["ports"]), name
+        for volume in services[name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts {source}"
+    mounted = " ".join(services["prometheus"]["volumes"] + services["grafana"]["volumes"])
+    assert "./deploy/prometheus:" in mounted and "./deploy/grafana/walfeed.json:" in mounted
+    assert not [name for name, service in services.items() if name not in ("prometheus", "grafana")
+                and service.get("profiles")], "the pipeline itself runs without a profile"

@@ -16,7 +16,7 @@ DOCS = ROOT / "docs"
 _OPERATION_ROW = re.compile(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/\S*)` \|", re.MULTILINE)
 _VARIABLE = re.compile(r"`(WALFEED_[A-Z0-9_]+)`")
 # A repository path, optionally with a test in it: `tests/unit/test_docs.py::test_...`.
-_PATH = re.compile(r"(?<![\w/.])((?:services|tests|testkit|db|bench|scripts|ops|docs)/[\w./-]*\w)(?:::(\w+))?")
+_PATH = re.compile(r"(?<![\w/.])((?:services|tests|testkit|db|bench|scripts|ops|deploy|docs)/[\w./-]*\w)(?:::(\w+))?")
 _MODULE_RUN = re.compile(r"python -m ((?:bench|services)(?:\.\w+)+)")
 
 
