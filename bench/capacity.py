@@ -132,7 +132,7 @@ class Meter:
             for p in procs:
                 seen.update(proc.tree(p.pid, component))
         backends = dbload.take(self.admin, self.pipe.dbname).cpu  # its walsender and every client backend
-        seen.update({pid: ("postgres", cpu) for pid, (_app, cpu) in backends.items()})
+        seen.update({pid: (f"postgres:{app or 'unnamed'}", cpu) for pid, (app, cpu) in backends.items()})
         seen.update({pid: ("rabbitmq", cpu) for pid, (_name, cpu) in proc.by_name({"beam.smp"}).items()})
         own = resource.getrusage(resource.RUSAGE_SELF)
         seen[os.getpid()] = ("loadgen", own.ru_utime + own.ru_stime)
@@ -141,12 +141,16 @@ class Meter:
     def start(self) -> None:
         self.before = self._take()
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> dict[str, Any]:
         after = self._take()
         seconds = max(after[0] - self.before[0], 1e-9)
         spent = proc.spent(self.before[1], after[1])
-        out = {c: spent.get(c, 0.0) / seconds for c in COMPONENTS if c != "api" or self.pipe.kind == "http"}
+        backends = {c.removeprefix("postgres:"): v / seconds for c, v in spent.items() if c.startswith("postgres:")}
+        spent["postgres"] = sum(v for c, v in spent.items() if c.startswith("postgres:"))
+        out: dict[str, Any] = {c: spent.get(c, 0.0) / seconds for c in COMPONENTS
+                               if c != "api" or self.pipe.kind == "http"}
         out["machine"] = proc.cores_busy(self.before[2], after[2])
+        out["postgres_by_application"] = backends  # whose backends the database's CPU went to
         return out
 
 

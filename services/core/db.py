@@ -15,7 +15,7 @@ def make_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "w
     """A pool that checks connections on checkout (one round trip), so a database restart costs no failed query.
     Unchecked (`check=False`), a connection the restart broke fails its next query and the pool replaces it.
     `options`: server settings for every connection (libpq's options, e.g. "-c plan_cache_mode=...")."""
-    kwargs: dict[str, object] = {"row_factory": dict_row}
+    kwargs: dict[str, object] = {"row_factory": dict_row, "application_name": name}  # named in pg_stat_activity
     if options:
         kwargs["options"] = options
     return ConnectionPool(
