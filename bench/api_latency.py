@@ -177,6 +177,7 @@ def pgbench_script() -> str:
     """The api's post statement itself (sql.CREATE_POST), with pgbench variables for its parameters."""
     text = sql.CREATE_POST.replace("%(author)s", ":author").replace("%(body)s", "'bench post'")
     text = text.replace("%(key)s", "NULL::text").replace("%(hash)s", "NULL::bytea")
+    text = text.replace("%(trace)s", "'traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'")
     assert "%(" not in text, text
     return "\\set author random(1, 500)\n" + " ".join(text.split()) + ";\n"
 

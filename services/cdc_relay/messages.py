@@ -11,6 +11,7 @@ from typing import Generic, NamedTuple, TypeVar
 import pika
 
 from services.core.events import CONTENT_TYPE, Event, encode, epoch_seconds
+from services.core.tracecontext import HEADER as TRACEPARENT
 
 T = TypeVar("T")
 
@@ -24,15 +25,17 @@ class Outgoing(NamedTuple, Generic[T]):
     message_id: str
     type: str  # the event type, and so the routing key
     timestamp: int
+    traceparent: str | None = None  # the event's creation context (its outbox row's), the `traceparent` header
 
 
-def outgoing(event: Event, token: T) -> Outgoing[T]:
+def outgoing(event: Event, token: T, traceparent: str | None = None) -> Outgoing[T]:
     return Outgoing(token=token, body=encode(event), message_id=str(event.id), type=event.type,
-                    timestamp=epoch_seconds(event.occurred_at))
+                    timestamp=epoch_seconds(event.occurred_at), traceparent=traceparent)
 
 
 class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is untyped
-    """The properties of an event message: persistent, JSON, with its id, type and time.
+    """The properties of an event message: persistent, JSON, with its id, type and time, and the `traceparent`
+    header when the event has a trace context.
 
     One is built per message on the relay's hot path: the constant properties are class attributes and `__init__`
     sets the three that vary, instead of BasicProperties' fourteen assignments (docs/adr/0015). `encode()` is
@@ -45,5 +48,7 @@ class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is un
     content_encoding = headers = priority = correlation_id = reply_to = expiration = None
     user_id = app_id = cluster_id = None
 
-    def __init__(self, message_id: str, type: str, timestamp: int) -> None:
+    def __init__(self, message_id: str, type: str, timestamp: int, traceparent: str | None = None) -> None:
         self.message_id, self.type, self.timestamp = message_id, type, timestamp
+        if traceparent is not None:
+            self.headers = {TRACEPARENT: traceparent}

@@ -67,6 +67,22 @@ def test_event_properties_encode_like_basic_properties_with_the_same_values(mess
     assert (decoded.content_type, decoded.delivery_mode, decoded.headers) == (CONTENT_TYPE, 2, None)
 
 
+@given(trace_id=st.text("0123456789abcdef", min_size=32, max_size=32),
+       span_id=st.text("0123456789abcdef", min_size=16, max_size=16))
+def test_event_properties_with_a_trace_context_carry_it_as_the_traceparent_header(trace_id: str,
+                                                                                  span_id: str) -> None:
+    traceparent = f"00-{trace_id}-{span_id}-01"
+    ours = EventProperties("m1", "post.created", 1764568800, traceparent)
+    reference = pika.BasicProperties(message_id="m1", type="post.created", timestamp=1764568800,
+                                     content_type=CONTENT_TYPE, delivery_mode=pika.DeliveryMode.Persistent,
+                                     headers={"traceparent": traceparent})
+    assert ours.encode() == reference.encode()
+    decoded = pika.BasicProperties()
+    decoded.decode(b"".join(ours.encode()))
+    assert decoded.headers == {"traceparent": traceparent}
+    assert EventProperties("m2", "post.created", 0).headers is None  # the class default is not shared, nor changed
+
+
 def test_basic_properties_still_has_exactly_the_attributes_event_properties_defaults() -> None:
     fields = set(_parameters(pika.BasicProperties.__init__)) - {"self"}
     defaulted = {name for name in vars(EventProperties) if not name.startswith("_")} | {"message_id", "type",
