@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import pytest
 
-from tests.harness.processes import Processes
-from tests.harness.waiting import eventually
+from testkit.processes import Processes
+from testkit.waiting import eventually
 from tests.integration.relay.conftest import RELAY_ENV, Watcher
 
 pytestmark = pytest.mark.integration
