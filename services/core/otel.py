@@ -131,6 +131,8 @@ class ServerSpans:
         method = scope["method"]
         with self._tracer.start_as_current_span(method, context=parent, kind=SpanKind.SERVER, attributes={
                 "http.request.method": method, "url.path": scope["path"]}) as span:
+            # request.state: for the log line of a 500, written outside this middleware (problems.py)
+            scope.setdefault("state", {})["trace_id"] = f"{span.get_span_context().trace_id:032x}"
 
             async def record(message: Any) -> None:
                 if message["type"] == "http.response.start":

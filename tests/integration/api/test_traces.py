@@ -87,3 +87,17 @@ def test_with_tracing_the_stored_context_is_the_create_span_inside_the_request_s
     assert create.parent.span_id == request.context.span_id
     ((_, column),) = columns(db)
     assert column == f"traceparent=00-{TRACE_ID}-{create.context.span_id:016x}-01"
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_500_is_logged_with_the_request_trace_id(traced: bool, request: pytest.FixtureRequest, signup: SignUp,
+                                                   db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    """Without tracing the caller's trace id, with tracing the server span's (the same trace)."""
+    url = request.getfixturevalue("traced_url" if traced else "api_url")
+    alice = signup("alice")
+    db.execute("ALTER TABLE outbox ADD CONSTRAINT test_reject CHECK (type <> 'post.created') NOT VALID")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        reply = client.post("/v1/posts", json={"body": "doomed"}, headers={**alice.auth, "traceparent": INCOMING})
+    assert reply.status_code == 500
+    (record,) = [r for r in caplog.records if r.getMessage() == "unhandled error"]
+    assert record.trace_id == TRACE_ID  # type: ignore[attr-defined]
