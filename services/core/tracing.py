@@ -14,7 +14,8 @@ Spans, after OpenTelemetry's messaging conventions (`messaging.system=rabbitmq`)
   pika instrumentation would put its own publish span there and cut the api off from the consumers.
 - consumers: `process <queue>` (CONSUMER) per batch, linked to every message's creation context, and a child of it
   when the batch holds one message. `Tracing.processed` is the helper every consumer calls (the fan-out worker,
-  the notifier).
+  the notifier). A consumer that writes outbox rows of its own (the notifier's `delivery.*` events) stores
+  `create(exchange, the message's traceparent header)` with them: the trace goes on to their consumers.
 """
 
 from __future__ import annotations
