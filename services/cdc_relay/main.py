@@ -38,12 +38,12 @@ def run(settings: Settings, source: str) -> int:
                              relay_settings.prune_older_than, relay_settings.prune_interval)
     keeper.start()
     try:
-        return _run_source(settings, relay_settings, source)
+        return _run_source(settings, relay_settings, source, traces)
     finally:
         keeper.stop()
 
 
-def _run_source(settings: Settings, relay_settings: RelaySettings, source: str) -> int:
+def _run_source(settings: Settings, relay_settings: RelaySettings, source: str, traces: tracing.Tracing) -> int:
     if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
         from services.cdc_relay import poll
 

@@ -93,11 +93,14 @@ def test_event_properties_with_a_trace_context_carry_it_as_the_traceparent_heade
 
 
 def test_event_properties_changed_after_init_are_encoded_by_pika_itself() -> None:
-    ours = EventProperties("m1", "post.created", 1764568800, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-    ours.expiration, ours.headers = "5000", {**ours.headers, "x-walfeed-attempt": 2}
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    ours = EventProperties("m1", "post.created", 1764568800, traceparent)
+    headers: dict[str, object] = {"traceparent": traceparent, "x-walfeed-attempt": 2}
+    setattr(ours, "expiration", "5000")  # noqa: B010 - as a caller changing a built instance would
+    setattr(ours, "headers", headers)  # noqa: B010
     reference = pika.BasicProperties(message_id="m1", type="post.created", timestamp=1764568800, expiration="5000",
                                      content_type=CONTENT_TYPE, delivery_mode=pika.DeliveryMode.Persistent,
-                                     headers=ours.headers)
+                                     headers=headers)
     assert b"".join(ours.encode()) == b"".join(reference.encode())
 
 
