@@ -36,7 +36,7 @@ from typing import cast
 import httpx
 import psycopg
 
-from bench.lib import entry, infra, proc
+from bench.lib import entry, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.api import sql
 from testkit.processes import free_port
@@ -293,6 +293,8 @@ def main() -> int:
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
                                                           "run; collapsed stacks to FILE")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-api)")
+    parser.add_argument("--otlp", help="the api exports its spans to this OTLP/HTTP endpoint ('sink': a local one "
+                        "that discards them; docs/adr/0072)")
     args = parser.parse_args()
     logs = infra.results_folder(args.out, "api") / "logs"
     print(f"api log in {logs}", flush=True)
@@ -307,7 +309,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
            "WALFEED_API_WORKERS": str(args.workers),
            # the write path itself, without the limiter's statement (its cost: bench/ratelimit_cost.py, ADR 0033)
-           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0"}
+           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0", **otlp_sink.endpoint(args.otlp)}
     api = res.start("api", ["api", "--port", str(port)], env)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)

@@ -7,7 +7,7 @@ With --against DIR, the same path of another checkout (e.g. `git worktree add --
 side by side and timed in alternation, so the load of a shared machine hits both alike; each figure is the best of
 --repeats short runs.
 
-    .venv/bin/python bench/relay_hot_path.py [--against /tmp/main] [--repeats 40]
+    .venv/bin/python -m bench.relay_hot_path [--against /tmp/main] [--repeats 40]
 """
 
 from __future__ import annotations
