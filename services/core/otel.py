@@ -52,6 +52,13 @@ class OtelTracing(Tracing):
             atexit.register(provider.shutdown)
         self._provider = provider
         self._tracer = provider.get_tracer("walfeed")
+        # Every parent-based sampler (the SDK's default, and each OTEL_TRACES_SAMPLER=parentbased_*) drops the child
+        # of a remote parent that was not sampled: such spans are then not even built (10 us an event in the relay,
+        # when the api samples a few traces at busy times).
+        self._drops_unsampled = "remoteParentNotSampled:AlwaysOffSampler" in provider.sampler.get_description()
+
+    def _dropped(self, parent: TraceParent | None) -> bool:
+        return parent is not None and not parent.sampled and self._drops_unsampled
 
     @contextmanager
     def create(self, exchange: str, incoming: str | None) -> Iterator[str]:
@@ -68,6 +75,8 @@ class OtelTracing(Tracing):
         end = time.time_ns()
         for message in messages:
             parent = tracecontext.parse(message.traceparent) if message.traceparent else None
+            if self._dropped(parent):
+                continue
             links = [Link(span_context(parent))] if parent is not None else None
             span = self._tracer.start_span(
                 f"send {exchange}", context=_as_parent(parent), kind=SpanKind.CLIENT, links=links,
@@ -81,9 +90,11 @@ class OtelTracing(Tracing):
     def processed(self, queue: str, messages: Sequence[Received], started: float, ended: float) -> None:
         now = time.monotonic()
         contexts = [tracecontext.from_headers(m.headers) for m in messages]
+        single = len(messages) == 1
+        if single and self._dropped(contexts[0]):
+            return
         links = [Link(span_context(parent), attributes=_link_attributes(m))
                  for m, parent in zip(messages, contexts, strict=True) if parent is not None]
-        single = len(messages) == 1
         attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.name": "process",
                                       "messaging.operation.type": "process", "messaging.destination.name": queue}
         if single:

@@ -10,6 +10,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, StatusCode
 
 from services.core import tracecontext, tracing
@@ -139,3 +140,21 @@ def test_a_consumer_span_for_a_batch_links_every_message_with_its_outcome(
 
 def _link_trace(link: object) -> str:
     return f"{link.context.trace_id:032x}"  # type: ignore[attr-defined]
+
+
+def test_children_of_unsampled_contexts_are_not_built_under_a_parent_based_sampler(
+        traces: OtelTracing, exported: InMemorySpanExporter) -> None:
+    unsampled = STORED[:-2] + "00"
+    now = time.monotonic()
+    traces.sent("walfeed.events", [tracing.Sent(unsampled, "e1", "post.created", now)], now)
+    traces.processed("walfeed.fanout", [tracing.Received({"traceparent": unsampled}, "e1", "post.created", "ack")],
+                     now, now)
+    assert exported.get_finished_spans() == ()
+
+
+def test_a_sampler_that_ignores_the_parent_still_gets_every_span(exported: InMemorySpanExporter) -> None:
+    provider = TracerProvider(sampler=ALWAYS_ON)
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    now = time.monotonic()
+    OtelTracing("test", provider).sent("walfeed.events", [tracing.Sent(STORED[:-2] + "00", "e1", "t", now)], now)
+    assert [s.name for s in exported.get_finished_spans()] == ["send walfeed.events"]
