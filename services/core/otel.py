@@ -47,7 +47,10 @@ class OtelTracing(Tracing):
 
     def __init__(self, service: str, provider: TracerProvider | None = None) -> None:
         if provider is None:  # the real one; tests hand in one with an in-memory exporter
-            provider = TracerProvider(resource=Resource.create({"service.name": service}))
+            detected = Resource.create()  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, if set, win
+            unnamed = str(detected.attributes.get("service.name", "")).startswith("unknown_service")
+            provider = TracerProvider(resource=detected.merge(Resource({"service.name": service})) if unnamed
+                                      else detected)
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
             atexit.register(provider.shutdown)
         self._provider = provider

@@ -53,6 +53,21 @@ def test_with_an_endpoint_spans_are_exported_over_otlp() -> None:
     traces.shutdown()
 
 
+@pytest.mark.parametrize(("variable", "value", "expected"), [
+    (None, None, "walfeed-test"), ("OTEL_SERVICE_NAME", "feed-relay-eu", "feed-relay-eu"),
+    ("OTEL_RESOURCE_ATTRIBUTES", "service.name=feed-b,deployment.environment=prod", "feed-b")])
+def test_the_service_name_is_the_process_unless_the_otel_variables_name_it(
+        monkeypatch: pytest.MonkeyPatch, variable: str | None, value: str | None, expected: str) -> None:
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    if variable is not None and value is not None:
+        monkeypatch.setenv(variable, value)
+    traces = tracing.setup("walfeed-test", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert isinstance(traces, OtelTracing)
+    assert traces._provider.resource.attributes["service.name"] == expected  # what every span is exported with
+    traces.shutdown()
+
+
 def test_an_endpoint_without_the_otel_extra_is_a_startup_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "services.core.otel", None)  # as if OpenTelemetry were not installed
     with pytest.raises(SettingsError, match=r"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set .*walfeed\[otel\]"):
