@@ -5,6 +5,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY pyproject.toml README.md ./
 COPY services ./services
 COPY db ./db
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir -e '.[otel]'
 USER nobody
 ENTRYPOINT ["walfeed"]

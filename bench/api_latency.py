@@ -36,7 +36,7 @@ from typing import cast
 import httpx
 import psycopg
 
-from bench.lib import entry, infra, proc
+from bench.lib import entry, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.api import sql
 from testkit.processes import free_port
@@ -177,6 +177,7 @@ def pgbench_script() -> str:
     """The api's post statement itself (sql.CREATE_POST), with pgbench variables for its parameters."""
     text = sql.CREATE_POST.replace("%(author)s", ":author").replace("%(body)s", "'bench post'")
     text = text.replace("%(key)s", "NULL::text").replace("%(hash)s", "NULL::bytea")
+    text = text.replace("%(trace)s", "'traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'")
     assert "%(" not in text, text
     return "\\set author random(1, 500)\n" + " ".join(text.split()) + ";\n"
 
@@ -292,6 +293,8 @@ def main() -> int:
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
                                                           "run; collapsed stacks to FILE")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-api)")
+    parser.add_argument("--otlp", help="the api exports its spans to this OTLP/HTTP endpoint ('sink': a local one "
+                        "that discards them; docs/adr/0072)")
     args = parser.parse_args()
     logs = infra.results_folder(args.out, "api") / "logs"
     print(f"api log in {logs}", flush=True)
@@ -306,7 +309,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
            "WALFEED_API_WORKERS": str(args.workers),
            # the write path itself, without the limiter's statement (its cost: bench/ratelimit_cost.py, ADR 0033)
-           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0"}
+           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0", **otlp_sink.endpoint(args.otlp)}
     api = res.start("api", ["api", "--port", str(port)], env)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)

@@ -11,10 +11,15 @@
 2. Lag: at a steady --rate events/s (default 1,000), commit -> consumer receipt (an upper bound of commit ->
    broker confirm), p50 and p99.
 
+Traces (docs/adr/0072): with --traced every row carries a trace context as the api writes it, which the relay
+copies into the `traceparent` header, and the ceiling publishes the same header; with --otlp URL the relay also
+exports its send spans there (`--otlp sink`: a local endpoint that accepts and discards them, bench/lib/otlp_sink.py).
+Without either, rows have no trace context, as before the column existed. --lag-seconds 0 skips the lag run.
+
 Creates its own database, slot and AMQP names (bench/lib/infra.py, on WALFEED_BENCH_PG_URL and
 WALFEED_BENCH_AMQP_URL) and removes them, also on Ctrl-C; the relay's log goes to <--out>/logs. Usage:
     .venv/bin/python -m bench.relay_throughput [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
-                                               [--out DIR]
+                                               [--out DIR] [--lag-seconds 15] [--traced] [--otlp URL|sink]
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.lib import entry, infra, proc
+from bench.lib import entry, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.cdc_relay.confirms import ConfirmBook
 from services.cdc_relay.messages import Outgoing, outgoing
@@ -45,6 +50,14 @@ INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
 FROM generate_series(%s::int, %s::int) AS g
 """
+# --traced: each row with a trace context of its own, as the api writes it (services/core/tracecontext.py).
+INSERT_TRACED = """
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext)
+SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1),
+       'traceparent=00-' || md5(g::text) || '-' || left(md5(g::text || 's'), 16) || '-01'
+FROM generate_series(%s::int, %s::int) AS g
+"""
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # the ceiling's header with --traced
 
 
 class Queue:
@@ -131,12 +144,13 @@ def run_timeout(events: int) -> float:
     return max(120.0, events / 200)
 
 
-def relay_run(res: infra.Resources, url: str, env: dict[str, str], queue: Queue, events: int) -> Run:
+def relay_run(res: infra.Resources, url: str, env: dict[str, str], queue: Queue, events: int,
+              traced: bool = False) -> Run:
     queue.purge()
     with psycopg.connect(url) as conn:
         conn.execute("TRUNCATE outbox")  # not decoded (actions=insert): keeps the database small across runs
         for start in range(1, events + 1, 1000):
-            conn.execute(INSERT, (start, min(start + 999, events)))
+            conn.execute(INSERT_TRACED if traced else INSERT, (start, min(start + 999, events)))
             conn.commit()
     relay = res.start("relay", ["relay"], env)
     try:
@@ -159,7 +173,7 @@ def sample_message() -> Outgoing[int]:
     return outgoing(event, 0)
 
 
-def ceiling_run(queue: Queue, events: int, window: int) -> Run:
+def ceiling_run(queue: Queue, events: int, window: int, traced: bool = False) -> Run:
     """A bare pika publisher: persistent, mandatory, async confirms with a window that each ack frame refills at
     once, on pika's SelectConnection and its IOLoop (the relay's adapter), one thread, nothing else. A nack, a closed
     channel or the relay run's time limit ends it with an error instead of a rate."""
@@ -167,7 +181,8 @@ def ceiling_run(queue: Queue, events: int, window: int) -> Run:
     message = sample_message()
     book: ConfirmBook[int] = ConfirmBook()
     props = pika.BasicProperties(message_id=message.message_id, type=message.type, content_type="application/json",
-                                 timestamp=message.timestamp, delivery_mode=2)
+                                 timestamp=message.timestamp, delivery_mode=2,
+                                 headers={"traceparent": TRACEPARENT} if traced else None)
     sent = 0
     started = cpu0 = 0.0
     channel: Any = None
@@ -314,7 +329,10 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5, help="interleaved (relay, ceiling) pairs")
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=1000)
-    parser.add_argument("--lag-seconds", type=float, default=15.0)
+    parser.add_argument("--lag-seconds", type=float, default=15.0, help="0: no lag run")
+    parser.add_argument("--traced", action="store_true", help="rows carry a trace context; the ceiling the header")
+    parser.add_argument("--otlp", help="the relay exports its spans to this OTLP/HTTP endpoint ('sink': a local "
+                        "one that discards them)")
     parser.add_argument("--out", type=Path, help="folder for the relay's log (default bench/results/<ts>-relay)")
     args = parser.parse_args()
     logs = infra.results_folder(args.out, "relay") / "logs"
@@ -323,15 +341,15 @@ def main() -> int:
     with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
         url = res.database("relay")
         prefix = res.prefix("relay", declare=False)
-        env = relay_env(url, res.slot(url, "relay"), prefix, args.window)
+        env = {**relay_env(url, res.slot(url, "relay"), prefix, args.window), **otlp_sink.endpoint(args.otlp)}
         queue = Queue(res, prefix)
         try:
             relays, ceilings = [], []
             print("| pair | relay ev/s | ceiling ev/s | ratio | relay CPU us/ev | ceiling CPU us/ev |")
             print("|---|---|---|---|---|---|")
             for pair in range(args.pairs):
-                relays.append(relay_run(res, url, env, queue, args.events))
-                ceilings.append(ceiling_run(queue, args.events, args.window))
+                relays.append(relay_run(res, url, env, queue, args.events, args.traced))
+                ceilings.append(ceiling_run(queue, args.events, args.window, args.traced))
                 r, c = relays[-1], ceilings[-1]
                 print(f"| {pair + 1} | {r.rate:,.0f} | {c.rate:,.0f} | {r.rate / c.rate:.2f} | "
                       f"{r.cpu_per_event * 1e6:.1f} | {c.cpu_per_event * 1e6:.1f} |", flush=True)
@@ -344,9 +362,10 @@ def main() -> int:
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.8)")
             print_cpu_split(relays, ceilings)
             queue.purge()
-            p50, p99, missing = lag_run(res, url, env, prefix, args.rate, args.lag_seconds)
-            print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
-                  f"p99 {p99:.1f} ms, missing {missing}")
+            if args.lag_seconds > 0:
+                p50, p99, missing = lag_run(res, url, env, prefix, args.rate, args.lag_seconds)
+                print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
+                      f"p99 {p99:.1f} ms, missing {missing}")
         finally:
             queue.close()
     print(f"machine: nproc={os.cpu_count()}, {load()} after")

@@ -66,11 +66,13 @@ class Book:
 # The API's own statements: one CREATE_POST (post + outbox row in one statement) where the API has it, else its
 # earlier INSERT_POST + INSERT_OUTBOX pair in one pipelined transaction. Looked up at run time: the API evolves.
 CREATE_POST: str | None = getattr(api_sql, "CREATE_POST", None)
+# The trace context the api stores with each event (docs/adr/0072): the same bytes per row as a traced request's.
+TRACE = "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
     """One post and its post.created outbox row, committed when this returns (`conn` is in autocommit)."""
-    params = {"author": author, "body": body, "key": None, "hash": None}
+    params = {"author": author, "body": body, "key": None, "hash": None, "trace": TRACE}
     if CREATE_POST is not None:
         row = conn.execute(CREATE_POST, params).fetchone()
         assert row is not None
@@ -81,7 +83,7 @@ def write_post(conn: psycopg.Connection[Any], author: int, body: str) -> int:
         post_id = int(row[0])
         event = Event.new(events.POST_CREATED, post_id, {"post_id": post_id, "author_id": author})
         outbox = {"id": event.id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
-                  "type": event.type, "payload": Jsonb(event.payload)}
+                  "type": event.type, "payload": Jsonb(event.payload), "trace": TRACE}
         conn.execute(vars(api_sql)["INSERT_OUTBOX"], outbox)
     return post_id
 

@@ -22,14 +22,14 @@ GRANT UPDATE (follower_count, following_count) ON users TO {api};  -- also what 
 GRANT INSERT (follower_id, followee_id), DELETE ON follows TO {api};
 GRANT INSERT (author_id, body, idempotency_key, request_hash) ON posts TO {api};
 GRANT UPDATE (deleted_at) ON posts TO {api};
-GRANT INSERT (id, aggregatetype, aggregateid, type, payload) ON outbox TO {api};
+GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};
 GRANT UPDATE (token_hash) ON users TO {api};  -- token rotation and revocation (SET_TOKEN)
 GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upsert (006_rate_limits.sql)
 
 -- relay: the cdc source reads the slot through its REPLICATION attribute (no table privilege: logical decoding
 -- reads the WAL); the poll source (services/cdc_relay/poll_sql.py) claims and marks outbox rows.
-GRANT SELECT (id, aggregatetype, aggregateid, type, payload, created_at, published_at, claimed_by, claim_expires_at)
-    ON outbox TO {relay};
+GRANT SELECT (id, aggregatetype, aggregateid, type, payload, created_at, published_at, claimed_by, claim_expires_at,
+               tracingspancontext) ON outbox TO {relay};
 GRANT UPDATE (claimed_by, claim_expires_at, published_at) ON outbox TO {relay};
 -- relay's pruning timer (docs/adr/0071): only through the two functions of 009_retention.sql, which delete what
 -- is due and nothing else (SECURITY DEFINER); the relay itself may still delete no row.

@@ -19,13 +19,17 @@ from services.api.config import ApiSettings
 from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
 from services.api.problems import Problem
 from services.api.routes import feed, health, posts, users
+from services.core import tracing
 from services.core.settings import Settings
+from services.core.topology import Topology
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
 
-def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> FastAPI:
+def create_app(settings: Settings, api_settings: ApiSettings | None = None,
+               traces: tracing.Tracing | None = None) -> FastAPI:
     api = api_settings or ApiSettings.from_env()
+    traces = traces if traces is not None else tracing.setup("walfeed-api")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,6 +57,8 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
     app.state.settings = settings
     app.state.api_settings = api
     app.state.token_cache = TokenCache(api.auth_cache_seconds)
+    app.state.tracing = traces  # spans around outbox writes, and per request when configured (ADR 0072)
+    app.state.events_exchange = Topology(settings.amqp_prefix).events_exchange
     app.state.registry = CollectorRegistry()
     app.state.scrape_registry = scrape_registry(app.state.registry)
     for router in (users.router, posts.router, feed.router, health.router):
@@ -63,6 +69,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None) -> F
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
     app.add_middleware(Metrics, registry=app.state.registry)
+    traces.install(app)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -118,5 +118,5 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn factory): settings from the environment the supervisor passed."""
-    logs.configure("api", os.environ.get("WALFEED_LOG_LEVEL", "INFO"))
+    logs.configure("api", os.environ.get("WALFEED_LOG_LEVEL", "INFO"), logs.log_format())
     return create_app(Settings.from_env(), ApiSettings.from_env())

@@ -13,6 +13,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.core import tracecontext
+
 log = logging.getLogger(__name__)
 
 MEDIA_TYPE: Final = "application/problem+json"
@@ -120,7 +122,11 @@ async def _validation_error(_: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error", extra={"path": request.url.path})
+    """A 500, logged with the request's trace id: its server span's when tracing (the span is no longer current
+    here: Starlette runs this handler outside every middleware), else the caller's `traceparent`'s."""
+    caller = tracecontext.parse(request.headers.get(tracecontext.HEADER))
+    trace_id = getattr(request.state, "trace_id", None) or (caller.trace_id if caller else None)
+    log.exception("unhandled error", extra={"path": request.url.path, "trace_id": trace_id})
     return problem_response(500, "the server failed to handle this request; it was logged", "internal")
 
 

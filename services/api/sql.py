@@ -53,8 +53,9 @@ RETURNING id, following_count
 
 # A post and its post.created outbox row in ONE statement (one round trip, atomic on its own in autocommit mode):
 # the outbox row is inserted only when the post was (not on an Idempotency-Key conflict). The payload is built
-# here, from the inserted row, with the shape services.core.events defines for post.created. bench/api_latency.py
-# runs this exact text in pgbench as the database ceiling.
+# here, from the inserted row, with the shape services.core.events defines for post.created. `trace`: the request's
+# trace context as the outbox column holds it (services/core/tracecontext.py, docs/adr/0072), or NULL.
+# bench/api_latency.py runs this exact text in pgbench as the database ceiling.
 CREATE_POST: Final = """
 WITH post AS (
     INSERT INTO posts (author_id, body, idempotency_key, request_hash)
@@ -62,9 +63,9 @@ WITH post AS (
     ON CONFLICT (author_id, idempotency_key) DO NOTHING
     RETURNING id, author_id, body, created_at
 ), event AS (
-    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext)
     SELECT gen_random_uuid(), 'post', post.id::text, 'post.created',
-           jsonb_build_object('post_id', post.id, 'author_id', post.author_id)
+           jsonb_build_object('post_id', post.id, 'author_id', post.author_id), %(trace)s
     FROM post
 )
 SELECT id, author_id, body, created_at FROM post
@@ -81,8 +82,8 @@ RETURNING id, author_id
 """
 
 INSERT_OUTBOX: Final = """
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-VALUES (%(id)s, %(aggregatetype)s, %(aggregateid)s, %(type)s, %(payload)s)
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext)
+VALUES (%(id)s, %(aggregatetype)s, %(aggregateid)s, %(type)s, %(payload)s, %(trace)s)
 """
 
 # One author's posts, newest first (posts_author_idx).

@@ -25,10 +25,11 @@ async def _all(conn: Conn, query: LiteralString, params: dict[str, Any]) -> list
     return await (await conn.execute(query, params)).fetchall()
 
 
-async def _outbox(conn: Conn, event: Event) -> None:
+async def _outbox(conn: Conn, event: Event, trace: str | None) -> None:
+    """The event's outbox row; `trace`: its tracingspancontext column (services/core/tracecontext.py), or None."""
     await conn.execute(sql.INSERT_OUTBOX, {
         "id": event.id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
-        "type": event.type, "payload": Jsonb(event.payload),
+        "type": event.type, "payload": Jsonb(event.payload), "trace": trace,
     })
 
 
@@ -65,7 +66,8 @@ class FollowLimit(Exception):
     """Following one more account would exceed feed.MAX_FOLLOWING (nothing was written)."""
 
 
-async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) -> bool | None:
+async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool,
+                     trace: str | None = None) -> bool | None:
     """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user.
     Raises FollowLimit (and rolls back) when a new follow would exceed feed.MAX_FOLLOWING: the count is read
     under the follower's row lock, so concurrent follows cannot both pass the cap."""
@@ -79,22 +81,23 @@ async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool) 
                 raise FollowLimit
             kind = events.FOLLOW_CREATED if follow else events.FOLLOW_DELETED
             await _outbox(conn, Event.new(kind, f"{follower}:{followee}",
-                                          {"follower_id": follower, "followee_id": followee}))
+                                          {"follower_id": follower, "followee_id": followee}), trace)
             return True
     return False if await user_exists(conn, followee) else None
 
 
 async def create_post(conn: Conn, author: int, body: str, key: str | None,
-                      request_hash: bytes | None) -> tuple[Row, bool]:
+                      request_hash: bytes | None, trace: str | None = None) -> tuple[Row, bool]:
     """(post, created). With a key already used by this author: (the original post with its request_hash, False).
     One statement, one round trip: the post and its post.created outbox row (sql.CREATE_POST)."""
-    row = await _one(conn, sql.CREATE_POST, {"author": author, "body": body, "key": key, "hash": request_hash})
+    row = await _one(conn, sql.CREATE_POST, {"author": author, "body": body, "key": key, "hash": request_hash,
+                                             "trace": trace})
     if row is not None:
         return row, True
     # The key exists (committed: ON CONFLICT waited for a concurrent insert of the same key to finish).
     original = await _one(conn, sql.POST_BY_KEY, {"author": author, "key": key})
     if original is None:  # the conflicting insert rolled back after all: try again
-        return await create_post(conn, author, body, key, request_hash)
+        return await create_post(conn, author, body, key, request_hash, trace)
     return original, False
 
 
@@ -102,12 +105,13 @@ async def get_post(conn: Conn, post_id: int) -> Row | None:
     return await _one(conn, sql.GET_POST, {"id": post_id})
 
 
-async def delete_post(conn: Conn, post_id: int, author: int) -> Row | None:
+async def delete_post(conn: Conn, post_id: int, author: int, trace: str | None = None) -> Row | None:
     """Soft-delete the caller's post. None when nothing was deleted (unknown, deleted already, or not theirs)."""
     async with conn.transaction():
         row = await _one(conn, sql.DELETE_POST, {"id": post_id, "author": author})
         if row is not None:
-            await _outbox(conn, Event.new(events.POST_DELETED, post_id, {"post_id": post_id, "author_id": author}))
+            await _outbox(conn, Event.new(events.POST_DELETED, post_id, {"post_id": post_id, "author_id": author}),
+                          trace)
     return row
 
 

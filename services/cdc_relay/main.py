@@ -18,6 +18,7 @@ from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import Relay
 from services.cdc_relay.retention import RetentionThread
 from services.cdc_relay.stream import ReplicationStream
+from services.core import tracing
 from services.core.settings import Settings
 from services.core.topology import Topology
 
@@ -31,25 +32,26 @@ def run(settings: Settings, source: str) -> int:
         log.error("unknown relay source", extra={"source": source, "known": ",".join(SOURCES)})
         return 2
     relay_settings = RelaySettings.from_env()
+    traces = tracing.setup("walfeed-relay")
     metrics.serve(relay_settings.metrics_port, relay_settings.metrics_host)
     keeper = RetentionThread(settings.database_url, settings.slot, relay_settings.lag_interval,
                              relay_settings.prune_older_than, relay_settings.prune_interval)
     keeper.start()
     try:
-        return _run_source(settings, relay_settings, source)
+        return _run_source(settings, relay_settings, source, traces)
     finally:
         keeper.stop()
 
 
-def _run_source(settings: Settings, relay_settings: RelaySettings, source: str) -> int:
+def _run_source(settings: Settings, relay_settings: RelaySettings, source: str, traces: tracing.Tracing) -> int:
     if source == "poll":  # the polling outbox relay (poll.py, docs/adr/0040): no slot, no lag probe
         from services.cdc_relay import poll
 
-        return poll.run(settings, relay_settings)
+        return poll.run(settings, relay_settings, traces)
     probe = metrics.SlotLagProbe(settings.database_url, settings.slot, relay_settings.lag_interval)
     probe.start()
     try:
-        relay = bootstrap(settings, relay_settings)
+        relay = bootstrap(settings, relay_settings, traces)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda _signum, _frame: relay.request_stop())
         return relay.run()
@@ -57,7 +59,7 @@ def _run_source(settings: Settings, relay_settings: RelaySettings, source: str) 
         probe.stop()
 
 
-def bootstrap(settings: Settings, relay: RelaySettings) -> Relay:
+def bootstrap(settings: Settings, relay: RelaySettings, traces: tracing.Tracing = tracing.DISABLED) -> Relay:
     """The relay on one IOLoop shared by the replication socket, the broker connection and the timers (ADR 0014)."""
     ioloop = IOLoop()
     topology = Topology(settings.amqp_prefix)
@@ -68,6 +70,6 @@ def bootstrap(settings: Settings, relay: RelaySettings) -> Relay:
     def make_publisher(on_confirmed: Callable[[list[int]], None],
                        is_current: Callable[[int], bool]) -> Publisher[int]:
         return Publisher(ioloop, settings.amqp_url, topology, on_confirmed, window=relay.window,
-                         is_current=is_current, blocked_timeout=relay.blocked_timeout)
+                         is_current=is_current, blocked_timeout=relay.blocked_timeout, traces=traces)
 
     return Relay(relay, settings.slot, ioloop, open_stream, make_publisher)

@@ -37,7 +37,7 @@ from services.cdc_relay.poll_policy import (
     next_poll_delay,
 )
 from services.cdc_relay.publisher_thread import PublisherThread
-from services.core import backoff, sdnotify
+from services.core import backoff, sdnotify, tracing
 from services.core.settings import Settings
 from services.core.topology import Topology
 
@@ -80,7 +80,8 @@ class Waker:
 
 
 class Poller:
-    def __init__(self, settings: Settings, relay: RelaySettings, poll: PollSettings) -> None:
+    def __init__(self, settings: Settings, relay: RelaySettings, poll: PollSettings,
+                 traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._settings, self._relay, self._poll = settings, relay, poll
         self.id = poller_id()
         self._stopping = False
@@ -92,7 +93,7 @@ class Poller:
         self._last_mark = 0.0
         self._publisher: PublisherThread[str] = PublisherThread(
             settings.amqp_url, Topology(settings.amqp_prefix), self._on_confirmed, window=relay.window,
-            blocked_timeout=relay.blocked_timeout)
+            blocked_timeout=relay.blocked_timeout, traces=traces)
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,7 +151,7 @@ class Poller:
         batch: list[Outgoing[str]] = []
         for row in poll_sql.claim_order(rows):
             event = poll_sql.row_event(row)
-            batch.append(outgoing(event, str(event.id)))
+            batch.append(outgoing(event, str(event.id), poll_sql.row_traceparent(row)))
         self._claims.claimed(m.message_id for m in batch)
         metrics.IN_FLIGHT.set(self._claims.in_flight)
         self._publisher.submit(batch)
@@ -217,5 +218,5 @@ class Poller:
         self._waker.poke()
 
 
-def run(settings: Settings, relay: RelaySettings) -> int:
-    return Poller(settings, relay, PollSettings.from_env()).run()
+def run(settings: Settings, relay: RelaySettings, traces: tracing.Tracing = tracing.DISABLED) -> int:
+    return Poller(settings, relay, PollSettings.from_env(), traces).run()

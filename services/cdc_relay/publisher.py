@@ -28,7 +28,7 @@ from pika.adapters.select_connection import IOLoop
 from services.cdc_relay import metrics
 from services.cdc_relay.messages import EventProperties, Outgoing
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
-from services.core import amqp, backoff
+from services.core import amqp, backoff, tracecontext, tracing
 from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,10 @@ CLOSE_TIMEOUT = 5.0  # seconds `stop` waits for the broker's close-ok
 
 class Publisher(Generic[T]):
     def __init__(self, ioloop: IOLoop, amqp_url: str, topology: Topology, on_confirmed: Callable[[list[T]], None],
-                 window: int, is_current: Callable[[T], bool] = always_current, blocked_timeout: float = 60.0) -> None:
+                 window: int, is_current: Callable[[T], bool] = always_current, blocked_timeout: float = 60.0,
+                 traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._ioloop = ioloop
+        self._traces = traces  # a send span per confirmed message when tracing (docs/adr/0072)
         self._url, self._exchange = amqp_url, topology.events_exchange
         self._on_confirmed = on_confirmed
         self._state: PublisherState[T] = PublisherState(window, is_current)
@@ -182,13 +184,15 @@ class Publisher(Generic[T]):
         publish, exchange, properties = channel.basic_publish, self._exchange, EventProperties
         for message in self._state.to_publish(time.monotonic()):
             publish(exchange, message.type, message.body,
-                    properties(message.message_id, message.type, message.timestamp), mandatory=True)
+                    properties(message.message_id, message.type, message.timestamp, message.traceparent),
+                    mandatory=True)
 
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
                    _body: bytes) -> None:
         self._state.returned(str(properties.message_id))
         self._loud("event unroutable: no queue is bound for it on the events exchange; retrying, WAL position "
-                   "held", {"event_id": properties.message_id, "routing_key": method.routing_key})
+                   "held", {"event_id": properties.message_id, "routing_key": method.routing_key,
+                            "trace_id": tracecontext.trace_id(properties.headers)})
 
     def _on_ack_nack(self, frame: Any) -> None:
         method = frame.method
@@ -201,6 +205,9 @@ class Publisher(Generic[T]):
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)
             metrics.PUBLISHED.inc(len(settled.tokens))
+            if self._traces.enabled:
+                self._traces.sent(self._exchange, [tracing.Sent(m.traceparent, m.message_id, m.type, at)
+                                                   for m, at in settled.confirmed], now)
             self._on_confirmed(settled.tokens)
         if settled.failed:
             retried = self._state.retry(settled.failed, now)

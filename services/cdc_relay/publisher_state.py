@@ -37,11 +37,12 @@ Entry = tuple[Outgoing[T], float]  # a message and when it was first published
 @dataclass(slots=True)
 class Settled(Generic[T]):
     """What an ack or nack frame settled: the confirmed messages' tokens and first publish times, and the failed
-    messages, for `retry`."""
+    messages, for `retry`; `confirmed`: the confirmed messages themselves (for their send spans)."""
 
     tokens: list[T]
     first_sent: list[float]
     failed: list[Entry[T]]
+    confirmed: list[Entry[T]]
 
 
 def always_current(_token: object) -> bool:
@@ -109,7 +110,7 @@ class PublisherState(Generic[T]):
         return self._settled(outcome.confirmed, outcome.failed)
 
     def nacked(self, tag: int, multiple: bool) -> Settled[T]:
-        return Settled([], [], self._book.nacked(tag, multiple).failed)
+        return Settled([], [], self._book.nacked(tag, multiple).failed, [])
 
     def retry(self, failed: list[Entry[T]], now: float) -> int:
         """Failed messages wait out their backoff (`next_due`, `due`); stale ones are forgotten. Returns how many
@@ -150,7 +151,7 @@ class PublisherState(Generic[T]):
         if self._tries:
             for message, _ in confirmed:
                 self._tries.pop(message.message_id, None)
-        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed)
+        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed)
 
     def _keep(self, entries: list[Entry[T]]) -> list[Outgoing[T]]:
         """The messages to publish again, their first publish time kept; stale ones forgotten."""

@@ -11,6 +11,7 @@ from pika.adapters.select_connection import IOLoop
 from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.publisher_state import T
+from services.core import tracing
 from services.core.topology import Topology
 
 
@@ -18,11 +19,11 @@ class PublisherThread(threading.Thread, Generic[T]):
     """`on_confirmed` is called on this thread; `submit` and `stop` may be called from any thread."""
 
     def __init__(self, amqp_url: str, topology: Topology, on_confirmed: Callable[[list[T]], None],
-                 window: int, blocked_timeout: float = 60.0) -> None:
+                 window: int, blocked_timeout: float = 60.0, traces: tracing.Tracing = tracing.DISABLED) -> None:
         super().__init__(name="publisher", daemon=True)
         self._ioloop = IOLoop()
         self._publisher: Publisher[T] = Publisher(self._ioloop, amqp_url, topology, on_confirmed, window,
-                                                  blocked_timeout=blocked_timeout)
+                                                  blocked_timeout=blocked_timeout, traces=traces)
 
     @property
     def unconfirmed(self) -> int:

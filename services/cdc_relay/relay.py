@@ -305,7 +305,8 @@ class Relay:
                 break
             message = parse(raw.payload)
             if isinstance(message, Insert):
-                append(Outgoing(seq, message.body, message.event_id, message.type, message.timestamp))
+                append(Outgoing(seq, message.body, message.event_id, message.type, message.timestamp,
+                                message.traceparent))
                 seq += 1
                 pending += 1
                 room -= 1

@@ -10,7 +10,8 @@ makes of the row's `Event`. Two paths lead there:
 - the fast path (`fast_insert`) reads the message as the bytes wal2json prints for a row of the outbox table as
   db/init creates it: the six event columns in table order, each a JSON string without escapes (the payload's
   escapes excepted), the id and created_at in Postgres' canonical forms (lowercase uuid; ISO timestamp in UTC,
-  which the replication session asks for), then any number of null columns (the polling source's). One regular
+  which the replication session asks for), then null columns (the polling source's) and the trace column
+  (`tracingspancontext`: null, or `traceparent=` and a version-00 traceparent, as the api writes it). One regular
   expression instead of a JSON parse: the relay's CPU per event is what its throughput is made of on a busy
   machine, and decoding the whole message (every column as a dict) was its largest part (docs/adr/0015);
 - every other message goes through `orjson` and, for an insert, through the `Event` (`outbox_event`): the
@@ -28,6 +29,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
+from services.core import tracecontext
 from services.core.events import Event, encode, epoch_seconds
 
 OUTBOX_TABLE: Final = "public.outbox"
@@ -64,6 +66,7 @@ class Insert(NamedTuple):
     type: str
     body: bytes  # == services.core.events.encode(the row's Event)
     timestamp: int  # occurred_at, whole seconds since the epoch
+    traceparent: str | None = None  # the row's trace context (its tracingspancontext column), for the header
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +106,9 @@ def parse(payload: bytes) -> Message:
     if action == "C":
         return Commit(parse_lsn(data.get("nextlsn", "")))
     if action == "I" and data.get("table") == _TABLE and data.get("schema") == _SCHEMA:
-        event = outbox_event(data.get("columns"))
-        return Insert(str(event.id), event.type, encode(event), epoch_seconds(event.occurred_at))
+        row = _row(data.get("columns"))
+        event = _event(row)
+        return Insert(str(event.id), event.type, encode(event), epoch_seconds(event.occurred_at), _traceparent(row))
     return Ignored(str(action))
 
 
@@ -118,8 +122,11 @@ _OUTBOX_INSERT = re.compile(
     rb'\{"name":"type","value":%s\},'
     rb'\{"name":"payload","value":("[^"\\]*(?:\\.[^"\\]*)*")\},'  # a JSON string, escapes and all
     rb'\{"name":"created_at","value":%s\}'
+    rb'(?:,\{"name":"\w+","value":null\})*'
+    rb'(?:,\{"name":"%s","value":"%s=(00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2})"\})?'
     rb'(?:,\{"name":"\w+","value":null\})*\]\}'
-    % (re.escape(_SCHEMA.encode()), re.escape(_TABLE.encode()), _TEXT, _TEXT, _TEXT, _TEXT)
+    % (re.escape(_SCHEMA.encode()), re.escape(_TABLE.encode()), _TEXT, _TEXT, _TEXT, _TEXT,
+       tracecontext.COLUMN.encode(), tracecontext.COLUMN_KEY.encode())
 )
 
 
@@ -129,7 +136,7 @@ def fast_insert(payload: bytes) -> Insert | None:
     match = _OUTBOX_INSERT.fullmatch(payload)
     if match is None:
         return None
-    event_id, aggregate_type, aggregate_id, type, payload_json, created = match.groups()
+    event_id, aggregate_type, aggregate_id, type, payload_json, created, trace = match.groups()
     occurred = _occurred(created)
     if occurred is None:
         return None
@@ -145,7 +152,7 @@ def fast_insert(payload: bytes) -> Insert | None:
         })
     except (UnicodeDecodeError, orjson.JSONDecodeError):
         return None  # the reference path says what is wrong with it
-    return Insert(message_id, event_type, body, occurred[1])
+    return Insert(message_id, event_type, body, occurred[1], trace.decode() if trace is not None else None)
 
 
 # Postgres' canonical output of a timestamptz with DateStyle ISO and TimeZone UTC.
@@ -186,7 +193,17 @@ def _row(columns: Any) -> dict[Any, Any]:
 def outbox_event(columns: Any) -> Event:
     """An outbox row (Debezium outbox column names) as the event envelope. The payload is passed through as is:
     judging it is the consumer's job (it dead-letters what it cannot process), losing it is nobody's."""
-    row = _row(columns)
+    return _event(_row(columns))
+
+
+def _traceparent(row: dict[Any, Any]) -> str | None:
+    """The row's trace context for the message header; None when it has none, or none valid (a trace context
+    is never a reason to hold an event back: the event is published without it)."""
+    parent = tracecontext.from_column(row.get(tracecontext.COLUMN))
+    return parent.header if parent is not None else None
+
+
+def _event(row: dict[Any, Any]) -> Event:
     try:
         raw = row["payload"]
         payload: dict[str, int] = orjson.loads(raw) if isinstance(raw, str) else raw

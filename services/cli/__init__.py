@@ -106,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, attr, None)  # None also for a flag the chosen command does not have
         if value is not None:
             os.environ[var] = str(value)
-    logs.configure(args.command, args.log_level.upper())
     try:
+        logs.configure(args.command, args.log_level.upper(), logs.log_format())
         settings = Settings.from_env()
         return _dispatch(args, settings)
     except SettingsError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
@@ -24,7 +25,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core import sdnotify
+from services.core import sdnotify, tracecontext, tracing
 from services.core.events import Event
 from services.core.topology import Topology
 from services.worker import broker, metrics, policy
@@ -53,6 +54,11 @@ class Delivery:
     def message(self) -> Message:
         return Message(self.body, self.props.headers)
 
+    def received(self, result: Result) -> tracing.Received:
+        """What the process span says of this message (its creation context is in its headers)."""
+        return tracing.Received(self.props.headers, self.props.message_id, self.props.type,
+                                type(result.outcome).__name__.lower())
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -70,8 +76,9 @@ class Session:
 
     def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
                  batches: Executor, large: Executor, limits: Limits,
-                 stopping: threading.Event) -> None:
+                 stopping: threading.Event, traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._conn = connection
+        self._traces = traces  # a process span per batch when tracing (docs/adr/0072)
         self._topology = topology
         self._processor = processor
         self._batches = batches
@@ -122,22 +129,30 @@ class Session:
 
     def _process_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery]) -> None:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
+        started = time.monotonic()
         try:
             results = self._processor.batch([d.message for d in batch])
         except Exception:  # a bug of ours: give the messages back
             log.exception("batch processing failed, returning its messages", extra={"messages": len(batch)})
             results = [_returned(d) for d in batch]
+        if self._traces.enabled:
+            received = [d.received(r) for d, r in zip(batch, results, strict=True)]
+            self._traces.processed(self._topology.fanout_queue, received, started, time.monotonic())
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
 
     def _process_large(self, channel: BlockingChannel, publisher: BlockingChannel, held: list[Delivery],
                        result: Result) -> None:
         """Large fan-out thread: one post's audience in chunks, then its settlement."""
         assert result.event is not None
+        started = time.monotonic()
         try:
             done = self._processor.large(held[0].message, result.event)
         except Exception:  # as in _process_batch
-            log.exception("large fan-out failed, returning its message", extra={"event_id": result.event_id})
+            log.exception("large fan-out failed, returning its message",
+                          extra={"event_id": result.event_id, "trace_id": tracecontext.trace_id(held[0].props.headers)})
             done = _returned(held[0])
+        if self._traces.enabled:
+            self._traces.processed(self._topology.fanout_queue, [held[0].received(done)], started, time.monotonic())
         self._hand_back(functools.partial(self._settle, channel, publisher, held, [done]))
 
     def _hand_back(self, settle: functools.partial[None]) -> None:
@@ -180,7 +195,8 @@ class Session:
     def _publish_outcome(self, publisher: BlockingChannel, delivery: Delivery, result: Result) -> bool:
         """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
         outcome = result.outcome
-        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type}
+        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type,
+                   "trace_id": tracecontext.trace_id(delivery.props.headers)}
         if not isinstance(outcome, policy.Retry | policy.Dead):
             return True
         try:

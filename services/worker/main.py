@@ -17,7 +17,7 @@ from types import FrameType
 
 import pika.exceptions
 
-from services.core import sdnotify
+from services.core import sdnotify, tracing
 from services.core.amqp import connect_with_retry
 from services.core.db import make_pool
 from services.core.settings import Settings
@@ -40,6 +40,7 @@ _RECONNECT_PAUSE = 1.0  # seconds after a lost connection before connecting agai
 
 def run(settings: Settings) -> int:
     worker = WorkerSettings.from_env()
+    traces = tracing.setup("walfeed-worker")
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -71,7 +72,7 @@ def run(settings: Settings) -> int:
                 conn = connect_with_retry(settings.amqp_url, name="walfeed-worker", should_stop=stopping.is_set)
                 if conn is None:
                     break
-                session = Session(conn, topology, processor, batches, large, limits, stopping)
+                session = Session(conn, topology, processor, batches, large, limits, stopping, traces)
                 try:
                     session.run()
                 except pika.exceptions.ChannelClosedByBroker as exc:

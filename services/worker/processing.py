@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from services.core import tracecontext
 from services.core.events import Event
 from services.worker import decide, policy
 
@@ -52,25 +53,28 @@ class Processor:
         seconds = (time.monotonic() - started) / max(1, len(messages))
         results = []
         for message, item in zip(messages, parsed, strict=True):
+            trace_id = tracecontext.trace_id(message.headers)
             if isinstance(item, policy.Dead):
-                log.warning("malformed message", extra={"reason": item.reason})
+                log.warning("malformed message", extra={"reason": item.reason, "trace_id": trace_id})
                 results.append(Result(item, "malformed", None, "malformed", seconds))
             else:
-                results.append(self._settle(item, policy.attempt_of(message.headers), done[item], seconds))
+                results.append(self._settle(item, policy.attempt_of(message.headers), done[item], seconds, trace_id))
         return results
 
     def large(self, message: Message, event: Event) -> Result:
         """The continuation of a Large outcome: the post's audience in chunks, on a large fan-out thread."""
         started = time.monotonic()
         attempt = policy.attempt_of(message.headers)
+        trace_id = tracecontext.trace_id(message.headers)
         try:
             label: str | Exception = self._fan_out_large(event)
         except policy.Interrupted:
-            log.info("fan-out interrupted, returning the message", extra={"event_id": str(event.id)})
+            log.info("fan-out interrupted, returning the message", extra={"event_id": str(event.id),
+                                                                          "trace_id": trace_id})
             return Result(policy.REQUEUE, event.type, str(event.id), "interrupted", time.monotonic() - started)
         except Exception as exc:  # any handler bug becomes a retry, never a dead consumer
             label = exc
-        return self._settle(event, attempt, label, time.monotonic() - started)
+        return self._settle(event, attempt, label, time.monotonic() - started, trace_id)
 
     def _apply_isolating(self, events: list[Event]) -> Mapping[Event, str | Exception]:
         """The batch in one transaction; if that transaction fails, each event in a transaction of its own, so a
@@ -94,8 +98,9 @@ class Processor:
                 done[event] = exc
         return done
 
-    def _settle(self, event: Event, attempt: int, done: str | Exception, seconds: float) -> Result:
-        context = {"event_id": str(event.id), "type": event.type, "attempt": attempt}
+    def _settle(self, event: Event, attempt: int, done: str | Exception, seconds: float,
+                trace_id: str | None) -> Result:
+        context = {"event_id": str(event.id), "trace_id": trace_id, "type": event.type, "attempt": attempt}
         if isinstance(done, Exception):
             outcome = self._retry.after_error(attempt, done)
             foreseen = isinstance(done, policy.Expected | policy.Poison)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import Path, Query, Request
 
 from services.api.cursor import MAX_CURSOR_CHARS
 from services.api.models import BIGINT_MAX
+from services.core.tracecontext import HEADER as TRACEPARENT
 
 # Documented error responses (rendered as application/problem+json by app.openapi()); docs/api.md lists them.
 _STRING: dict[str, Any] = {"schema": {"type": "string"}}
@@ -36,3 +38,10 @@ def invalid(also: str) -> dict[int | str, dict[str, Any]]:
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="an id (positive bigint)")]
 Limit = Annotated[int, Query(ge=1, le=100, description="page size")]
 CursorParam = Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS, description="next_cursor of the previous page")]
+
+
+def outbox_trace(request: Request) -> AbstractContextManager[str]:
+    """Around a write: the trace context its outbox row stores (the `tracingspancontext` column's text) from the
+    request's `traceparent` header, in a `create` span when tracing (services/core/tracing.py, docs/adr/0072)."""
+    state = request.app.state
+    return state.tracing.create(state.events_exchange, request.headers.get(TRACEPARENT))  # type: ignore[no-any-return]

@@ -26,6 +26,7 @@ from services.api.routes import (
     Id,
     Limit,
     invalid,
+    outbox_trace,
 )
 
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
@@ -49,8 +50,9 @@ async def create_post(new: NewPost, token: Token, request: Request,
                       idempotency_key: IdempotencyKey = None) -> Response:
     """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
     digest = request_hash(new) if idempotency_key is not None else None
-    async with write_session(request, token) as (db, me):
-        row, created = await store.create_post(db, me, new.body, idempotency_key, digest)
+    with outbox_trace(request) as trace:
+        async with write_session(request, token) as (db, me):
+            row, created = await store.create_post(db, me, new.body, idempotency_key, digest, trace)
     if not created and (digest is None or not hmac.compare_digest(bytes(row["request_hash"] or b""), digest)):
         raise ApiError(422, "this Idempotency-Key was already used with a different request body",
                        "idempotency-key-reused")
@@ -73,9 +75,10 @@ async def get_post(post_id: Id, token: Token, request: Request) -> Post:
 async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
     """Delete one of the caller's posts. A post that is deleted already, or not the caller's, is a 404 as for
     GET: the answer does not tell whether someone else's post exists."""
-    async with write_session(request, token) as (db, me):
-        if await store.delete_post(db, post_id, me) is None:
-            raise ApiError(404, f"no post {post_id} of yours")
+    with outbox_trace(request) as trace:
+        async with write_session(request, token) as (db, me):
+            if await store.delete_post(db, post_id, me, trace) is None:
+                raise ApiError(404, f"no post {post_id} of yours")
     return Response(status_code=204)
 
 

@@ -8,7 +8,7 @@ from services.api import ratelimit, store, tokens
 from services.api.deps import Token, database, session, throttle, write_session
 from services.api.models import CreatedUser, NewToken, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid
+from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid, outbox_trace
 from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
@@ -66,15 +66,16 @@ async def get_user(user_id: Id, token: Token, request: Request) -> User:
                        409: {"description": "already following the most allowed (following-limit)"}})
 async def follow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller follows user_id. Idempotent: following again changes nothing."""
-    async with write_session(request, token) as (db, me):
-        if user_id == me:
-            raise ApiError(422, "you cannot follow yourself", "self-follow")
-        try:
-            if await store.set_follow(db, me, user_id, follow=True) is None:
-                raise ApiError(404, f"no user {user_id}")
-        except store.FollowLimit:
-            raise ApiError(409, f"you follow {MAX_FOLLOWING} accounts, the most allowed: unfollow one first",
-                           "following-limit") from None
+    with outbox_trace(request) as trace:
+        async with write_session(request, token) as (db, me):
+            if user_id == me:
+                raise ApiError(422, "you cannot follow yourself", "self-follow")
+            try:
+                if await store.set_follow(db, me, user_id, follow=True, trace=trace) is None:
+                    raise ApiError(404, f"no user {user_id}")
+            except store.FollowLimit:
+                raise ApiError(409, f"you follow {MAX_FOLLOWING} accounts, the most allowed: unfollow one first",
+                               "following-limit") from None
     return Response(status_code=204)
 
 
@@ -82,7 +83,8 @@ async def follow(user_id: Id, token: Token, request: Request) -> Response:
                responses={**AUTH, **NOT_FOUND, **LIMITED})
 async def unfollow(user_id: Id, token: Token, request: Request) -> Response:
     """The caller stops following user_id. Idempotent."""
-    async with write_session(request, token) as (db, me):
-        if user_id != me and await store.set_follow(db, me, user_id, follow=False) is None:
-            raise ApiError(404, f"no user {user_id}")
+    with outbox_trace(request) as trace:
+        async with write_session(request, token) as (db, me):
+            if user_id != me and await store.set_follow(db, me, user_id, follow=False, trace=trace) is None:
+                raise ApiError(404, f"no user {user_id}")
     return Response(status_code=204)

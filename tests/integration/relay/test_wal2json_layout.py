@@ -11,6 +11,7 @@ import pytest
 from services.cdc_relay import stream, wal2json
 from services.cdc_relay.messages import outgoing
 from services.core import events as ev
+from services.core import tracecontext
 from tests.integration.worker import world
 
 pytestmark = pytest.mark.integration
@@ -22,9 +23,10 @@ def test_rows_written_by_the_api_take_the_fast_path(database_url: str, slot_name
     written = [ev.Event.new(ev.POST_CREATED, 41, {"post_id": 41, "author_id": 7}),
                ev.Event.new(ev.FOLLOW_CREATED, "7:9", {"follower_id": 7, "followee_id": 9}),
                ev.Event.new(ev.POST_DELETED, "ünïcode-aggregate", {"post_id": 41, "author_id": 7})]
+    traces = [tracecontext.to_column(tracecontext.new()), None, tracecontext.to_column(tracecontext.new(False))]
     with psycopg.connect(database_url) as conn:
-        for event in written:
-            world.insert_outbox(conn, event)  # the API's own statement
+        for event, trace in zip(written, traces, strict=True):
+            world.insert_outbox(conn, event, trace)  # the API's own statement
         conn.commit()
         conn.execute(stream.SESSION)  # the relay's replication session settings
         options = [part for pair in wal2json.OPTIONS.items() for part in pair]
@@ -32,9 +34,11 @@ def test_rows_written_by_the_api_take_the_fast_path(database_url: str, slot_name
 
     inserts = [data.encode() for (data,) in rows if data.startswith('{"action":"I"')]
     assert len(inserts) == len(written)
-    for raw, event in zip(inserts, written, strict=True):
+    for raw, event, trace in zip(inserts, written, traces, strict=True):
         fast = wal2json.fast_insert(raw)
         assert fast is not None, f"the fast path does not read this layout: {raw!r}"
+        assert fast == wal2json.parse(raw.replace(b'"action":"I"', b'"action": "I"'))  # the reference path's
         reference = outgoing(wal2json.outbox_event(orjson.loads(raw)["columns"]), None)
-        assert fast == wal2json.Insert(reference.message_id, reference.type, reference.body, reference.timestamp)
+        assert fast[:4] == (reference.message_id, reference.type, reference.body, reference.timestamp)
+        assert fast.traceparent == (trace.removeprefix("traceparent=") if trace else None)
         assert orjson.loads(fast.body)["payload"] == event.payload and fast.event_id == str(event.id)

@@ -28,11 +28,12 @@ def add_users(conn: Conn, n: int) -> list[int]:
     return [r[0] for r in rows]
 
 
-def insert_outbox(conn: Conn, event: ev.Event) -> None:
-    """The event's outbox row with the API's own statement, in the open transaction (not committed)."""
+def insert_outbox(conn: Conn, event: ev.Event, trace: str | None = None) -> None:
+    """The event's outbox row with the API's own statement, in the open transaction (not committed); `trace`: its
+    trace column's text (services/core/tracecontext.py)."""
     conn.execute(api_sql.INSERT_OUTBOX, {"id": event.id, "aggregatetype": event.aggregate_type,
                                          "aggregateid": event.aggregate_id, "type": event.type,
-                                         "payload": Jsonb(event.payload)})
+                                         "payload": Jsonb(event.payload), "trace": trace})
 
 
 def commit_with_outbox(conn: Conn, event: ev.Event) -> ev.Event:
