@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
+    sub.add_parser("notifier", help="the notification consumer: follows and mentions -> notifications, deliveries")
     roles = sub.add_parser("bootstrap-roles", help="least privilege: database and broker roles per process, schema "
                            "owned by the owner role, grants; needs Postgres superuser and broker admin rights")
     roles.add_argument("--no-slot", action="store_true", help="no replication slot (relay --source poll)")
@@ -96,6 +97,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.worker import main as worker_main
 
         return worker_main.run(settings)
+    if args.command == "notifier":
+        from services.notifier import main as notifier_main
+
+        return notifier_main.run(settings)
     if args.command == "migrate":
         from services.cli import migrate
 

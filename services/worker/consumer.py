@@ -1,4 +1,5 @@
-"""Consume the fan-out queue on one broker connection: batches on a pool of threads, large fan-outs on another.
+"""Consume a queue of the events exchange (the fan-out's, or the notifier's) on one broker connection: batches on
+a pool of threads, large fan-outs on another.
 
 pika's BlockingConnection is not thread-safe and only services heartbeats while this thread runs its I/O loop, so
 the database work runs in other threads and every channel operation (publish, ack, nack) is handed back to the
@@ -10,28 +11,34 @@ takes all of them (up to the batch size) at once. No timer waits for a batch to 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import signal
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from types import FrameType
+from typing import Final, Protocol
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
+from services.core.amqp import connect_with_retry
 from services.core.events import Event
-from services.core.topology import Topology
+from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
 from services.worker.processing import Message, Result
 
 log = logging.getLogger(__name__)
 
 _IDLE_TICK = 0.25  # seconds between stop-flag checks while the I/O loop waits
+PRECONDITION_FAILED: Final = 406  # AMQP reply code of a redeclaration with other arguments
+_RECONNECT_PAUSE: Final = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
 
 
 class Work(Protocol):
@@ -66,11 +73,11 @@ class Session:
     """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
     returned; it raises pika's errors when the connection is lost (the caller reconnects)."""
 
-    def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
+    def __init__(self, connection: pika.BlockingConnection, queues: ConsumerQueues, processor: Work,
                  batches: ThreadPoolExecutor, large: ThreadPoolExecutor, limits: Limits,
                  stopping: threading.Event) -> None:
         self._conn = connection
-        self._topology = topology
+        self._queues = queues
         self._processor = processor
         self._batches = batches
         self._large = large
@@ -85,13 +92,13 @@ class Session:
 
     def run(self) -> None:
         channel = self._conn.channel()
-        broker.declare(channel, self._topology, self._limits.dead_max_length)
+        broker.declare(channel, self._queues, self._limits.dead_max_length)
         channel.basic_qos(prefetch_count=self._limits.prefetch)
         publisher = self._conn.channel()
         publisher.confirm_delivery()
         on_message = functools.partial(self._on_message, publisher)
-        tag = channel.basic_consume(self._topology.fanout_queue, on_message, auto_ack=False)
-        log.info("consuming", extra={"queue": self._topology.fanout_queue, "prefetch": self._limits.prefetch,
+        tag = channel.basic_consume(self._queues.queue, on_message, auto_ack=False)
+        log.info("consuming", extra={"queue": self._queues.queue, "prefetch": self._limits.prefetch,
                                      "batch_size": self._limits.batch_size})
         while not self._stopping.is_set():
             self._conn.process_data_events(time_limit=_IDLE_TICK)
@@ -181,7 +188,7 @@ class Session:
         if not isinstance(outcome, policy.Retry | policy.Dead):
             return True
         try:
-            broker.publish_outcome(publisher, self._topology, outcome, delivery.body, delivery.props)
+            broker.publish_outcome(publisher, self._queues, outcome, delivery.body, delivery.props)
         except pika.exceptions.NackError as exc:
             if not isinstance(outcome, policy.Dead):
                 log.error("retry publish refused, requeueing", extra={**context, "error": repr(exc)})
@@ -205,7 +212,7 @@ class Session:
                   extra={**context, "reason": dead.reason, "delay_ms": self._limits.park_ms})
         metrics.DEAD_QUEUE_FULL.inc()
         try:
-            broker.park(publisher, self._topology, dead, self._limits.park_ms, delivery.body, delivery.props)
+            broker.park(publisher, self._queues, dead, self._limits.park_ms, delivery.body, delivery.props)
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
             log.error("parking refused, requeueing", extra={**context, "error": repr(exc)})
             return False
@@ -229,6 +236,53 @@ class Session:
             task.cancel()
         self._tasks.clear()
         self._ready.clear()
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the process stops consuming, settles what it holds, and exits."""
+    stopping = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("stop requested", extra={"signal": signal.Signals(signum).name})
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return stopping
+
+
+def consume(amqp_url: str, name: str, queues: ConsumerQueues, processor: Work, batches: ThreadPoolExecutor,
+            large: ThreadPoolExecutor, limits: Limits, stopping: threading.Event, *, dead_setting: str,
+            prepare: Callable[[pika.BlockingConnection], None] | None = None) -> int:
+    """Consume `queues` on one connection after another until `stopping` is set: reconnect (with backoff) after a
+    lost connection. `prepare` runs on each new connection first (the notifier declares the delivery queues).
+    Returns 0, or 2 when a queue exists with other arguments than declared (the setting `dead_setting` differs,
+    or an older walfeed declared it)."""
+    while not stopping.is_set():
+        conn = connect_with_retry(amqp_url, name=name, should_stop=stopping.is_set)
+        if conn is None:
+            break
+        session = Session(conn, queues, processor, batches, large, limits, stopping)
+        try:
+            if prepare is not None:
+                prepare(conn)
+            session.run()
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != PRECONDITION_FAILED:
+                raise
+            log.error(f"a queue exists with other arguments than this process declares (an older walfeed, or "
+                      f"another {dead_setting}): drain and delete it, or set the setting to match; see README "
+                      "'Upgrading'", extra={"error": exc.reply_text})
+            return 2
+        except pika.exceptions.AMQPError as exc:
+            log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
+            session.abandon()
+            stopping.wait(_RECONNECT_PAUSE)
+        finally:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                if conn.is_open:
+                    conn.close()
+    return 0
 
 
 def _returned(delivery: Delivery) -> Result:

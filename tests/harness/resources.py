@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from services.core.migrate import apply_schema, ensure_slot
-from services.core.topology import Topology
+from services.core.topology import DELIVERY_CHANNELS, Topology
 from tests.harness.infra import Infra
 
 
@@ -95,9 +95,10 @@ def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]
         return  # the broker is down (a test stopped it); names die with a fresh broker or the next cleanup
     try:
         channel = conn.channel()
-        for queue in [*topology.queues(), *extra_queues]:
+        deliveries = [topology.delivery_queue(channel_name) for channel_name in DELIVERY_CHANNELS]
+        for queue in [*topology.queues(), *topology.notifier.queues(), *deliveries, *extra_queues]:
             channel.queue_delete(queue)
-        for exchange in topology.exchanges():
+        for exchange in {*topology.exchanges(), *topology.notifier.exchanges()}:
             channel.exchange_delete(exchange)
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):

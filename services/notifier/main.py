@@ -1,0 +1,60 @@
+"""`walfeed notifier`: wiring of the notification consumer (settings in services/notifier/config.py, design in
+docs/adr/0080).
+
+Consumes `{prefix}.notifier` (bound to post.* and follow.*, its own retry and dead queues) with the fan-out worker's
+consumer machinery (services/worker/consumer.py: batches on WALFEED_NOTIFIER_CONCURRENCY threads, manual acks,
+retries, dead letters), and applies each batch with services/notifier/effects.py. On every connection it first
+declares the delivery queues, so the delivery events it writes are never unroutable. SIGTERM/SIGINT: stop
+consuming, return what is not started, let running batches finish, exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import pika
+
+from services.core.amqp import declare_delivery_queues
+from services.core.db import make_pool
+from services.core.settings import Settings
+from services.core.topology import Topology
+from services.notifier import config
+from services.notifier.effects import Effects
+from services.worker import metrics
+from services.worker.consumer import Limits, consume, stop_on_signals
+from services.worker.policy import RetryPolicy
+from services.worker.processing import Processor
+
+log = logging.getLogger(__name__)
+
+
+def run(settings: Settings) -> int:
+    notifier = config.from_env()
+    stopping = stop_on_signals()
+    metrics.serve(notifier.metrics_port, notifier.metrics_host)
+    topology = Topology(settings.amqp_prefix)
+    pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier")
+    pool.open()
+    processor = Processor(Effects(pool).apply, None,
+                          RetryPolicy(notifier.max_attempts, notifier.retry_base, notifier.retry_cap))
+    limits = Limits(notifier.batch_size, notifier.concurrency, notifier.prefetch,
+                    park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length)
+
+    def declare_deliveries(conn: pika.BlockingConnection) -> None:
+        channel = conn.channel()
+        declare_delivery_queues(channel, topology)
+        channel.close()
+
+    log.info("notifier starting", extra={"concurrency": notifier.concurrency, "batch_size": notifier.batch_size,
+                                         "prefetch": notifier.prefetch, "max_attempts": notifier.max_attempts,
+                                         "prefix": settings.amqp_prefix})
+    try:
+        with ThreadPoolExecutor(notifier.concurrency, thread_name_prefix="batch") as batches:
+            code = consume(settings.amqp_url, "walfeed-notifier", topology.notifier, processor, batches, batches,
+                           limits, stopping, dead_setting=f"{config.PREFIX}_DEAD_MAX_LENGTH",
+                           prepare=declare_deliveries)
+    finally:
+        pool.close()
+    log.info("notifier stopped")
+    return code
