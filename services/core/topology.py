@@ -8,6 +8,10 @@ from typing import ClassVar, Final
 # Notification delivery channels: one work queue each, `{prefix}.deliveries.{channel}`, bound to `delivery.{channel}`.
 DELIVERY_CHANNELS: Final = ("webhook", "email")
 
+# The delivery retry queues' delays, one queue per delay with that queue-level TTL, so a queue's head always expires
+# first (no head-of-line blocking). A wait of any length is a chain of hops, the longest delay that fits first:
+# 128 ms to 2**27 ms (37 h), at most 21 hops (docs/adr/0081).
+DELIVERY_RETRY_DELAYS_MS: Final = tuple(2**k for k in range(7, 28))
 
 @dataclass(frozen=True, slots=True)
 class ConsumerQueues:
@@ -79,7 +83,7 @@ class Topology:
         return ConsumerQueues(self.events_exchange, base, ("post.*", "follow.*"), f"{base}.retry", f"{base}.dead",
                               f"{base}.settle")
 
-    # Notification delivery (docs/amqp.md).
+    # Notification delivery (docs/amqp.md, docs/adr/0081).
 
     @staticmethod
     def delivery_binding(channel: str) -> str:
@@ -88,3 +92,25 @@ class Topology:
 
     def delivery_queue(self, channel: str) -> str:
         return f"{self.prefix}.deliveries.{channel}"
+
+    def delivery_retry_queue(self, channel: str, delay_ms: int) -> str:
+        """The retry queue holding each message `delay_ms` (one of DELIVERY_RETRY_DELAYS_MS), then back to the
+        channel's queue."""
+        return f"{self.prefix}.deliveries.{channel}.retry.{delay_ms}ms"
+
+    def delivery_dead_queue(self, channel: str) -> str:
+        return f"{self.prefix}.deliveries.{channel}.dead"
+
+    @property
+    def delivery_settle_exchange(self) -> str:
+        """Direct exchange of the delivery workers' own republishing (retry hops, dead letters, expired retries back
+        to the work queue), routed by queue name, as the fan-out worker's settle exchange (docs/adr/0060)."""
+        return f"{self.prefix}.deliveries.settle"
+
+    def delivery_queues(self, channel: str) -> tuple[str, ...]:
+        """A channel's queues: work, retries (shortest first), dead."""
+        retries = tuple(self.delivery_retry_queue(channel, d) for d in DELIVERY_RETRY_DELAYS_MS)
+        return (self.delivery_queue(channel), *retries, self.delivery_dead_queue(channel))
+
+    def all_delivery_queues(self) -> tuple[str, ...]:
+        return tuple(q for channel in DELIVERY_CHANNELS for q in self.delivery_queues(channel))
