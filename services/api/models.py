@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from services.api import text
 
@@ -87,3 +87,134 @@ def post_json(row: dict[str, Any]) -> bytes:
 
 def post_from_row(row: dict[str, Any]) -> Post:
     return Post(**_post_fields(row))
+
+
+# Notifications (docs/notifications.md).
+
+NOTIFICATION_KINDS = ("follow", "mention")
+Kind = Literal["follow", "mention"]
+# An address as mail servers take it, checked loosely (the delivery worker's SMTP server has the last word): one
+# @, no spaces or control characters, a dot in the domain. RFC 5321 caps a path at 256 octets, so 254 characters.
+EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+$"
+
+
+def _distinct_kinds(kinds: list[Kind] | None) -> list[Kind] | None:
+    return None if kinds is None else list(dict.fromkeys(kinds))
+
+
+class Notification(BaseModel):
+    id: int
+    kind: Kind
+    actor_id: int = Field(description="who followed, or who mentioned")
+    post_id: int | None = Field(description="mention: the post; follow: null")
+    created_at: str = Field(description="RFC 3339, UTC")
+    read: bool = Field(description="at or below the caller's read marker")
+
+
+class NotificationPage(BaseModel):
+    items: list[Notification]
+    next_cursor: str | None
+    unread_count: int = Field(description="notifications above the read marker, counted up to 10,000")
+
+
+class MarkRead(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    up_to: int = Field(ge=1, le=BIGINT_MAX, description="every notification with an id up to this is read")
+
+
+class Unread(BaseModel):
+    unread_count: int
+
+
+class MeUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    email: Annotated[str | None, Field(max_length=254, pattern=EMAIL_PATTERN, examples=["alice@example.com"],
+                                       description="where notification mail goes; null: no mail")] = None
+    email_kinds: Annotated[list[Kind] | None, AfterValidator(_distinct_kinds), Field(
+        max_length=len(NOTIFICATION_KINDS), description="the notification kinds mailed")] = None
+
+
+class Me(BaseModel):
+    id: int
+    handle: str
+    email: str | None
+    email_kinds: list[Kind]
+
+
+# Webhooks (docs/notifications.md).
+
+class NewWebhook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Annotated[str, Field(min_length=1, max_length=2048, examples=["https://example.com/walfeed"],
+                              description="https (http only where the server allows it); public addresses only")]
+    events: Annotated[list[Kind], AfterValidator(_distinct_kinds), Field(
+        min_length=1, max_length=len(NOTIFICATION_KINDS), description="the notification kinds delivered")]
+
+
+class Webhook(BaseModel):
+    id: int
+    url: str
+    events: list[Kind]
+    enabled: bool
+    disabled_reason: str | None
+    created_at: str = Field(description="RFC 3339, UTC")
+    previous_secret_expires_at: str | None = Field(
+        description="during a rotation: until when the previous secret signs too")
+
+
+class WebhookCreated(Webhook):
+    secret: str = Field(description="whsec_ signing secret (Standard Webhooks); shown only here")
+
+
+class WebhookSecret(BaseModel):
+    id: int
+    secret: str = Field(description="whsec_ signing secret (Standard Webhooks); shown only here")
+    previous_secret_expires_at: str | None = Field(
+        description="after a rotation: until when the previous secret signs too")
+
+
+class WebhookList(BaseModel):
+    items: list[Webhook]
+
+
+class Delivery(BaseModel):
+    id: int = Field(description="also the webhook-id header of every attempt")
+    notification_id: int | None = Field(description="null for a ping")
+    status: Literal["PENDING", "RETRYING", "DELIVERED", "DEAD", "WITHDRAWN"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: str | None = Field(description="RFC 3339, UTC; while RETRYING")
+    created_at: str
+    updated_at: str
+
+
+class DeliveryPage(BaseModel):
+    items: list[Delivery]
+    next_cursor: str | None
+
+
+class DeliveryCreated(BaseModel):
+    delivery_id: int
+
+
+def notification_from_row(row: dict[str, Any]) -> Notification:
+    return Notification(id=row["id"], kind=row["kind"], actor_id=row["actor_id"], post_id=row["post_id"],
+                        created_at=rfc3339(row["created_at"]), read=row["read"])
+
+
+def _optional_time(moment: datetime | None) -> str | None:
+    return None if moment is None else rfc3339(moment)
+
+
+def webhook_fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "url": row["url"], "events": row["events"], "enabled": row["disabled_at"] is None,
+            "disabled_reason": row["disabled_reason"], "created_at": rfc3339(row["created_at"]),
+            "previous_secret_expires_at": _optional_time(row["previous_until"])}
+
+
+def delivery_from_row(row: dict[str, Any]) -> Delivery:
+    return Delivery(id=row["id"], notification_id=row["notification_id"], status=row["status"],
+                    attempts=row["attempts"], last_status_code=row["last_status_code"], last_error=row["last_error"],
+                    next_attempt_at=_optional_time(row["next_attempt_at"]), created_at=rfc3339(row["created_at"]),
+                    updated_at=rfc3339(row["updated_at"]))

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
+from services.core.settings import Env, SettingsError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -48,6 +50,17 @@ class Target:
         default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == default else f"{host}:{self.port}"
+
+
+def policy_from_env(env: Env) -> Policy:
+    """The policy of every process that checks webhook URLs (the API at registration, the delivery worker at each
+    attempt): WALFEED_WEBHOOK_ALLOWED_NETWORKS, WALFEED_WEBHOOK_ALLOW_HTTP."""
+    raw = env.optional("WALFEED_WEBHOOK_ALLOWED_NETWORKS") or ""
+    try:
+        networks = parse_networks(raw)
+    except ValueError as exc:
+        raise SettingsError(f"WALFEED_WEBHOOK_ALLOWED_NETWORKS is invalid: {exc}") from None
+    return Policy(networks, env.bool("WALFEED_WEBHOOK_ALLOW_HTTP", False))
 
 
 def parse_networks(text: str) -> tuple[IPNetwork, ...]:
