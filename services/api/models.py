@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from services.api import text
 
@@ -94,12 +94,13 @@ def post_from_row(row: dict[str, Any]) -> Post:
 NOTIFICATION_KINDS = ("follow", "mention")
 Kind = Literal["follow", "mention"]
 # An address as mail servers take it, checked loosely (the delivery worker's SMTP server has the last word): one
-# @, no spaces or control characters, a dot in the domain. RFC 5321 caps a path at 256 octets, so 254 characters.
-EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+$"
+# @, no space or ASCII control character (no header injection), a dot in the domain. RFC 5321 caps a path at 256
+# octets, so 254 characters. ASCII ranges only: the OpenAPI document's regex dialect and Python's agree on them.
+EMAIL_PATTERN = r"^[^@\x00-\x20\x7f]{1,64}@[^@\x00-\x20\x7f]+\.[^@\x00-\x20\x7f]+$"
 
 
-def _distinct_kinds(kinds: list[Kind] | None) -> list[Kind] | None:
-    return None if kinds is None else list(dict.fromkeys(kinds))
+def _distinct_kinds(kinds: list[Kind]) -> list[Kind]:
+    return list(dict.fromkeys(kinds))
 
 
 class Notification(BaseModel):
@@ -117,21 +118,33 @@ class NotificationPage(BaseModel):
     unread_count: int = Field(description="notifications above the read marker, counted up to 10,000")
 
 
+def _json_number(value: object) -> object:
+    """A JSON number only: pydantic would take "12" for 12 (JSON Schema's integer takes 12.0, and so do we)."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
 class MarkRead(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    up_to: int = Field(ge=1, le=BIGINT_MAX, description="every notification with an id up to this is read")
+    model_config = ConfigDict(extra="forbid")
+    # No maximum: a larger number than any id means "everything so far" (JSON numbers past 2**53 also lose their
+    # last digits in many clients, so a bound at the bigint maximum would not be one they can rely on).
+    up_to: Annotated[int, Field(ge=1, description="every notification with an id up to this is read"),
+                     BeforeValidator(_json_number), AfterValidator(lambda value: min(value, BIGINT_MAX))]
 
 
 class Unread(BaseModel):
     unread_count: int
 
 
+Email = Annotated[str, Field(max_length=254, pattern=EMAIL_PATTERN, examples=["alice@example.com"])]
+Kinds = Annotated[list[Kind], Field(max_length=len(NOTIFICATION_KINDS)), AfterValidator(_distinct_kinds)]
+
+
 class MeUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    email: Annotated[str | None, Field(max_length=254, pattern=EMAIL_PATTERN, examples=["alice@example.com"],
-                                       description="where notification mail goes; null: no mail")] = None
-    email_kinds: Annotated[list[Kind] | None, AfterValidator(_distinct_kinds), Field(
-        max_length=len(NOTIFICATION_KINDS), description="the notification kinds mailed")] = None
+    email: Email | None = Field(None, description="where notification mail goes; null: no mail")
+    email_kinds: Kinds | None = Field(None, description="the notification kinds mailed; null or absent: unchanged")
 
 
 class Me(BaseModel):
@@ -147,8 +160,9 @@ class NewWebhook(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: Annotated[str, Field(min_length=1, max_length=2048, examples=["https://example.com/walfeed"],
                               description="https (http only where the server allows it); public addresses only")]
-    events: Annotated[list[Kind], AfterValidator(_distinct_kinds), Field(
-        min_length=1, max_length=len(NOTIFICATION_KINDS), description="the notification kinds delivered")]
+    events: Annotated[list[Kind], Field(min_length=1, max_length=len(NOTIFICATION_KINDS),
+                                        description="the notification kinds delivered"),
+                      AfterValidator(_distinct_kinds)]
 
 
 class Webhook(BaseModel):
