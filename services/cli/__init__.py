@@ -45,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--no-slot", action="store_true",
                          help="schema only, for databases without logical replication (relay --source poll)")
 
-    up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker "
-                        "each under its own role")
+    up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker + "
+                        "notifier each under its own role")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")

@@ -1,11 +1,11 @@
 """`walfeed up`: the whole system on one terminal, for local development.
 
 Checks the infrastructure, runs `walfeed bootstrap-roles` (roles, schema, grants, slot, broker users: it needs the
-admin rights that command needs), then runs api, relay and worker as child processes, each connected as its own
-role, with their output interleaved behind the process name. A role password not set in the environment
-(WALFEED_*_DB_PASSWORD, WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap.
-Ctrl-C (or SIGTERM) stops all of them; if one dies on its own, the others are stopped too and its exit code is
-returned, so a broken set-up is never hidden.
+admin rights that command needs), then runs api, relay, worker and notifier as child processes, each connected as
+its own role, with their output interleaved behind the process name. A role password not set in the environment
+(WALFEED_*_DB_PASSWORD, WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap. Ctrl-C
+(or SIGTERM) stops all of them; if one dies on its own, the others are stopped too and its exit code is returned, so
+a broken set-up is never hidden.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
     commands = {"api": ["api", "--host", host, "--port", str(port)], "relay": ["relay"]}
     for i in range(1, workers + 1):
         commands[f"worker{i}" if workers > 1 else "worker"] = ["worker"]
+    commands["notifier"] = ["notifier"]
     envs = {name: process_environ(environ, settings.database_url, settings.amqp_url, roles, args[0])
             for name, args in commands.items()}
     width = max(map(len, commands))

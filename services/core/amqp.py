@@ -67,12 +67,16 @@ def _sleep_unless(seconds: float, should_stop: Callable[[], bool]) -> None:
 EVENTS_EXCHANGE: Final[dict[str, Any]] = {"exchange_type": "topic", "durable": True}
 
 
+def declare_events_exchange(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
+    channel.exchange_declare(topology.events_exchange, **EVENTS_EXCHANGE)
+
+
 def declare_delivery_queues(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
     """The work queue of each delivery channel, bound to its event type (docs/amqp.md). Declared by the notifier,
     which writes the delivery events, as well as by the delivery worker, which consumes them: the relay publishes
     `mandatory` and holds its WAL position while an event is unroutable (ADR 0012), so these queues must exist
     before the first delivery event, whichever process starts first. Both declare them the same way, here."""
-    channel.exchange_declare(topology.events_exchange, **EVENTS_EXCHANGE)
+    declare_events_exchange(channel, topology)
     for name in DELIVERY_CHANNELS:
         queue = topology.delivery_queue(name)
         channel.queue_declare(queue, durable=True)
