@@ -14,7 +14,7 @@ import psycopg
 
 from services.core.amqp import parameters
 from services.core.settings import Settings
-from services.core.topology import Topology
+from services.core.topology import DELIVERY_CHANNELS, Topology
 
 SLOT_QUERY = """
 SELECT active, active_pid, confirmed_flush_lsn::text AS confirmed_flush_lsn,
@@ -57,22 +57,30 @@ def slot_status(settings: Settings) -> SlotStatus:
     return SlotStatus(settings.slot, exists=True, **row)
 
 
+def watched_queues(topology: Topology) -> dict[str, str]:
+    """Each queue an operator watches, with the process that declares it: the fan-out's, the notifier's, and the
+    delivery work queues."""
+    deliveries = {topology.delivery_queue(channel): "notifier" for channel in DELIVERY_CHANNELS}
+    return ({q: "worker" for q in topology.queues()} | {q: "notifier" for q in topology.notifier.queues()}
+            | deliveries)
+
+
 def queue_status(settings: Settings) -> list[QueueStatus]:
-    topology = Topology(settings.amqp_prefix)
+    queues = watched_queues(Topology(settings.amqp_prefix))
     try:
         conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-status"))
     except pika.exceptions.AMQPError as exc:
-        return [QueueStatus(q, None, None, error=f"broker unreachable: {exc!r}") for q in topology.queues()]
+        return [QueueStatus(q, None, None, error=f"broker unreachable: {exc!r}") for q in queues]
     result = []
     try:
-        for queue in topology.queues():
+        for queue, declarer in queues.items():
             channel = conn.channel()  # a failed passive declare closes the channel: one per queue
             try:
                 ok = channel.queue_declare(queue, passive=True).method
                 result.append(QueueStatus(queue, ok.message_count, ok.consumer_count))
                 channel.close()
             except pika.exceptions.ChannelClosedByBroker:
-                result.append(QueueStatus(queue, None, None, error="not declared yet (start a worker)"))
+                result.append(QueueStatus(queue, None, None, error=f"not declared yet (start a {declarer})"))
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             conn.close()

@@ -128,7 +128,7 @@ async def enable_webhook(webhook_id: Id, token: Token, request: Request) -> Webh
 @router.post("/webhooks/{webhook_id}/ping", status_code=202, response_model=DeliveryCreated,
              responses={**NOT_FOUND, **LIMITED, **DISABLED})
 async def ping(webhook_id: Id, token: Token, request: Request) -> DeliveryCreated:
-    """Send a test delivery (`{"type": "ping"}`, signed like any other) now; follow it in the deliveries list."""
+    """A test delivery without notification, sent and signed like any other; follow it in the deliveries list."""
     async with write_session(request, token) as (db, me):
         delivery = await store.ping(db, me, webhook_id)
         if delivery is None:
