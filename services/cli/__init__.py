@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
+    deliver = sub.add_parser("deliver", help="the notification delivery worker of one channel")
+    deliver.add_argument("--channel", choices=["webhook", "email"], required=True, help="what it delivers to")
     roles = sub.add_parser("bootstrap-roles", help="least privilege: database and broker roles per process, schema "
                            "owned by the owner role, grants; needs Postgres superuser and broker admin rights")
     roles.add_argument("--no-slot", action="store_true", help="no replication slot (relay --source poll)")
@@ -96,6 +98,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.worker import main as worker_main
 
         return worker_main.run(settings)
+    if args.command == "deliver":
+        from services.delivery import main as deliver_main
+
+        return deliver_main.run(settings, channel=args.channel)
     if args.command == "migrate":
         from services.cli import migrate
 

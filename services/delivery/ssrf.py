@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
+from services.core.settings import Env, SettingsError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -50,6 +52,17 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+def policy_from_env(env: Env) -> Policy:
+    """The policy of every process that checks webhook URLs (the API at registration, the delivery worker at each
+    attempt): WALFEED_WEBHOOK_ALLOWED_NETWORKS, WALFEED_WEBHOOK_ALLOW_HTTP."""
+    raw = env.optional("WALFEED_WEBHOOK_ALLOWED_NETWORKS") or ""
+    try:
+        networks = parse_networks(raw)
+    except ValueError as exc:
+        raise SettingsError(f"WALFEED_WEBHOOK_ALLOWED_NETWORKS is invalid: {exc}") from None
+    return Policy(networks, env.bool("WALFEED_WEBHOOK_ALLOW_HTTP", False))
+
+
 def parse_networks(text: str) -> tuple[IPNetwork, ...]:
     """A comma-separated list of CIDR networks; raises ValueError naming the bad entry."""
     networks = []
@@ -84,6 +97,10 @@ def check_url(url: str, policy: Policy) -> Target:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise UrlRefused("the URL has no host")
+    try:  # a name as DNS and the Host header see it: internationalized names in their ASCII form
+        host = host if literal(host) is not None else host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise UrlRefused("the URL's host is not a valid name") from None
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
