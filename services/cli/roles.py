@@ -2,8 +2,9 @@
 
 Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `walfeed`):
 `{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
-`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker` log in, own nothing, and hold the grants of db/roles/grants.sql.
-RabbitMQ users (broker-wide): `{prefix}_relay` and `{prefix}_worker`, with the permissions of `amqp_permissions`.
+`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_delivery` log in, own nothing, and hold the grants of
+db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`, `{prefix}_worker` and `{prefix}_delivery`, with
+the permissions of `amqp_permissions`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from psycopg.conninfo import make_conninfo
 from services.core.settings import Env, SettingsError
 from services.core.topology import Topology
 
-PROCESSES: Final = ("api", "relay", "worker")
-AMQP_PROCESSES: Final = ("relay", "worker")  # the api does not talk to the broker
+PROCESSES: Final = ("api", "relay", "worker", "delivery")
+AMQP_PROCESSES: Final = ("relay", "worker", "delivery")  # the api does not talk to the broker
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
@@ -28,6 +29,7 @@ STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
     "api": "5s",      # request path: single-row writes and index-bounded reads (the pool waits 5 s at most too)
     "relay": "30s",   # poll claims and marks of one batch; the walsender's stream is not a statement
     "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
+    "delivery": "10s",  # single-row reads and updates by key; the HTTP or SMTP call holds no statement open
 }
 
 MIN_PASSWORD_LENGTH: Final = 16
@@ -112,14 +114,21 @@ def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
     dead letters to the settle exchange (write). No right on the default exchange: a publish there is checked
     against amq.default only, not against the queue named by the routing key, so it would reach any queue of the
     vhost (docs/adr/0060).
+    delivery: the same for both channels' queues and the deliveries settle exchange (docs/adr/0081).
     """
     t = topology
+    deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
     return {
         "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
         "worker": Permissions(
             configure=_exactly(*t.exchanges(), *t.queues()),
             write=_exactly(t.settle_exchange, *t.queues()),
             read=_exactly(*t.exchanges(), *t.queues()),
+        ),
+        "delivery": Permissions(
+            configure=_exactly(t.events_exchange, *deliveries),
+            write=_exactly(*deliveries),
+            read=_exactly(t.events_exchange, *deliveries),
         ),
     }
 

@@ -43,6 +43,17 @@ DENIED: dict[str, list[LiteralString]] = {
         "TRUNCATE timelines",
         "SELECT rolpassword FROM pg_authid",
     ],
+    "delivery": [
+        "UPDATE webhooks SET secret = 'whsec_forged'",
+        "UPDATE webhooks SET url = 'https://attacker.example'",
+        "UPDATE deliveries SET recipient_id = 1",
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+        "VALUES (gen_random_uuid(), 'delivery', '1', 'delivery.webhook', '{}')",
+        "UPDATE users SET email = 'attacker@example.com'",
+        "SELECT * FROM timelines",
+        "DELETE FROM deliveries",
+        "SELECT token_hash FROM users",
+    ],
 }
 
 
@@ -82,6 +93,7 @@ def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEn
         roles.login("api"): (False, False, False, True, False, False, ["statement_timeout=5s"]),
         roles.login("relay"): (False, False, False, True, True, False, ["statement_timeout=30s"]),
         roles.login("worker"): (False, False, False, True, False, False, ["statement_timeout=60s"]),
+        roles.login("delivery"): (False, False, False, True, False, False, ["statement_timeout=10s"]),
     }
 
 
