@@ -1,18 +1,18 @@
 -- What each walfeed process may do in its database (docs/adr/0060). Applied by `walfeed bootstrap-roles` after
 -- the migrations, every run: everything is revoked first, so the result is exactly this file.
--- {database}, {owner}, {api}, {relay}, {worker}, {notifier}, {notifier} are identifiers filled in with psycopg.sql.Identifier.
+-- {database}, {owner}, {api}, {relay}, {worker}, {notifier}, {delivery} are identifiers filled in with psycopg.sql.Identifier.
 -- A migration that adds a table or a statement that reads a new column adds its grant here.
 
 REVOKE ALL ON DATABASE {database} FROM PUBLIC;
-REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker}, {notifier};
-GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker}, {notifier};
+REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker}, {notifier}, {delivery};
+GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker}, {notifier}, {delivery};
 
 REVOKE ALL ON SCHEMA public FROM PUBLIC;
-REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker}, {notifier};
-GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker}, {notifier};
+REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker}, {notifier}, {delivery};
+GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker}, {notifier}, {delivery};
 -- REVOKE ... ON TABLE also revokes the column privileges.
-REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier};
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier};
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
 
 -- api (services/api/sql.py): sign-up, follow counts, posts and their soft delete, outbox inserts, timeline reads.
 -- Identity columns draw from their sequence without a sequence privilege.
@@ -65,3 +65,14 @@ GRANT UPDATE (withdrawn_at) ON notifications TO {notifier};
 GRANT SELECT, INSERT (notification_id, channel, webhook_id, recipient_id) ON deliveries TO {notifier};
 GRANT UPDATE (status, updated_at) ON deliveries TO {notifier};
 GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {notifier};
+
+-- delivery (services/delivery/sql.py): a delivery with its target, notification, actor and post; its outcome; the
+-- webhook's run of failures and disabling; the per-target rate limits (011_delivery.sql). Webhook secrets are read
+-- to sign, never written.
+GRANT SELECT ON deliveries, webhooks, notifications TO {delivery};
+GRANT SELECT (id, handle, email, email_kinds) ON users TO {delivery};  -- never token_hash
+GRANT SELECT (id, body, deleted_at) ON posts TO {delivery};
+GRANT UPDATE (status, attempts, last_status_code, last_error, response_excerpt, next_attempt_at, updated_at)
+    ON deliveries TO {delivery};
+GRANT UPDATE (failing_since, disabled_at, disabled_reason) ON webhooks TO {delivery};
+GRANT SELECT, INSERT, UPDATE ON delivery_rate_limits TO {delivery};

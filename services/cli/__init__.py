@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="the fan-out consumer")
     sub.add_parser("notifier", help="the notification consumer: follows and mentions -> notifications, deliveries")
+    deliver = sub.add_parser("deliver", help="the notification delivery worker of one channel")
+    deliver.add_argument("--channel", choices=["webhook", "email"], required=True, help="what it delivers to")
     roles = sub.add_parser("bootstrap-roles", help="least privilege: database and broker roles per process, schema "
                            "owned by the owner role, grants; needs Postgres superuser and broker admin rights")
     roles.add_argument("--no-slot", action="store_true", help="no replication slot (relay --source poll)")
@@ -101,6 +103,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.notifier import main as notifier_main
 
         return notifier_main.run(settings)
+    if args.command == "deliver":
+        from services.delivery import main as deliver_main
+
+        return deliver_main.run(settings, channel=args.channel)
     if args.command == "migrate":
         from services.cli import migrate
 

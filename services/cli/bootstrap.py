@@ -3,11 +3,11 @@
 With a Postgres superuser as WALFEED_DATABASE_URL and the broker's admin rights (services.cli.broker_users):
   1. the database, if missing;
   2. the roles `{prefix}_owner` (NOLOGIN), `{prefix}_api`, `{prefix}_relay` (REPLICATION), `{prefix}_worker`,
-     `{prefix}_notifier`, with their passwords and statement_timeout;
+     `{prefix}_notifier`, `{prefix}_delivery`, with their passwords and statement_timeout;
   3. the database and its objects owned by `{prefix}_owner`; the migrations applied as that role;
   4. db/roles/grants.sql; the replication slot (unless --no-slot);
-  5. the RabbitMQ users `{prefix}_relay`, `{prefix}_worker` and `{prefix}_notifier` with permissions on their AMQP
-     names only.
+  5. the RabbitMQ users `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier` and `{prefix}_delivery` with
+     permissions on their AMQP names only.
 Then each process runs with its own WALFEED_DATABASE_URL / WALFEED_AMQP_URL (`walfeed up` builds them).
 """
 

@@ -14,7 +14,7 @@ import psycopg
 
 from services.core.amqp import parameters
 from services.core.settings import Settings
-from services.core.topology import DELIVERY_CHANNELS, Topology
+from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 
 SLOT_QUERY = """
 SELECT active, active_pid, confirmed_flush_lsn::text AS confirmed_flush_lsn,
@@ -57,30 +57,41 @@ def slot_status(settings: Settings) -> SlotStatus:
     return SlotStatus(settings.slot, exists=True, **row)
 
 
-def watched_queues(topology: Topology) -> dict[str, str]:
-    """Each queue an operator watches, with the process that declares it: the fan-out's, the notifier's, and the
-    delivery work queues."""
-    deliveries = {topology.delivery_queue(channel): "notifier" for channel in DELIVERY_CHANNELS}
-    return ({q: "worker" for q in topology.queues()} | {q: "notifier" for q in topology.notifier.queues()}
-            | deliveries)
+def _watched(topology: Topology) -> list[tuple[str, tuple[str, ...], str]]:
+    """(shown name, queues summed into it, who declares them) of every line: the fan-out queues, the notifier's,
+    then per delivery channel its work queue, its retry queues as one line, its dead queue."""
+    lines: list[tuple[str, tuple[str, ...], str]] = [(q, (q,), "start a worker") for q in topology.queues()]
+    lines += [(q, (q,), "start `walfeed notifier`") for q in topology.notifier.queues()]
+    for channel in DELIVERY_CHANNELS:
+        hint = f"start `walfeed deliver --channel {channel}`"
+        retries = tuple(topology.delivery_retry_queue(channel, d) for d in DELIVERY_RETRY_DELAYS_MS)
+        lines += [(topology.delivery_queue(channel), (topology.delivery_queue(channel),), hint),
+                  (f"{topology.delivery_queue(channel)}.retry.*", retries, hint),
+                  (topology.delivery_dead_queue(channel), (topology.delivery_dead_queue(channel),), hint)]
+    return lines
 
 
 def queue_status(settings: Settings) -> list[QueueStatus]:
-    queues = watched_queues(Topology(settings.amqp_prefix))
+    watched = _watched(Topology(settings.amqp_prefix))
     try:
         conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-status"))
     except pika.exceptions.AMQPError as exc:
-        return [QueueStatus(q, None, None, error=f"broker unreachable: {exc!r}") for q in queues]
+        return [QueueStatus(name, None, None, error=f"broker unreachable: {exc!r}") for name, _, _ in watched]
     result = []
     try:
-        for queue, declarer in queues.items():
-            channel = conn.channel()  # a failed passive declare closes the channel: one per queue
-            try:
-                ok = channel.queue_declare(queue, passive=True).method
-                result.append(QueueStatus(queue, ok.message_count, ok.consumer_count))
-                channel.close()
-            except pika.exceptions.ChannelClosedByBroker:
-                result.append(QueueStatus(queue, None, None, error=f"not declared yet (start a {declarer})"))
+        for name, queues, hint in watched:
+            messages = consumers = 0
+            for queue in queues:
+                channel = conn.channel()  # a failed passive declare closes the channel: one per queue
+                try:
+                    ok = channel.queue_declare(queue, passive=True).method
+                    messages, consumers = messages + ok.message_count, consumers + ok.consumer_count
+                    channel.close()
+                except pika.exceptions.ChannelClosedByBroker:
+                    result.append(QueueStatus(name, None, None, error=f"not declared yet ({hint})"))
+                    break
+            else:
+                result.append(QueueStatus(name, messages, consumers))
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             conn.close()
@@ -114,10 +125,10 @@ def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:
     lines.append("QUEUES")
     for q in queues:
         if q.error:
-            lines.append(f"  {q.name:<40} {q.error}")
+            lines.append(f"  {q.name:<44} {q.error}")
         else:
             warn = "  <- dead letters: inspect them" if q.name.endswith(".dead") and q.messages else ""
-            lines.append(f"  {q.name:<40} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
+            lines.append(f"  {q.name:<44} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ DELIVERY_CHANNELS: Final = ("webhook", "email")
 # The delivery retry queues' delays, one queue per delay with that queue-level TTL, so a queue's head always expires
 # first (no head-of-line blocking). A wait of any length is a chain of hops, the longest delay that fits first:
 # 128 ms to 2**27 ms (37 h), at most 21 hops (docs/adr/0081).
-DELIVERY_RETRY_DELAYS_MS: Final = tuple(2**k for k in range(7, 28))
+DELIVERY_RETRY_DELAYS_MS: Final = tuple(1 << k for k in range(7, 28))
 
 @dataclass(frozen=True, slots=True)
 class ConsumerQueues:

@@ -97,6 +97,10 @@ def check_url(url: str, policy: Policy) -> Target:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise UrlRefused("the URL has no host")
+    try:  # a name as DNS and the Host header see it: internationalized names in their ASCII form
+        host = host if literal(host) is not None else host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise UrlRefused("the URL's host is not a valid name") from None
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query

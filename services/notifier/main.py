@@ -12,26 +12,47 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pika
 
-from services.core.amqp import declare_delivery_queues
+from services.core.amqp import consume, declare_delivery_queues
 from services.core.db import make_pool
 from services.core.settings import Settings
+from services.core.stopping import on_signals
 from services.core.topology import Topology
 from services.notifier import config
 from services.notifier.effects import Effects
 from services.worker import metrics
-from services.worker.consumer import Limits, consume, stop_on_signals
+from services.worker.consumer import Limits, Session
 from services.worker.policy import RetryPolicy
 from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class DeclaringSession:
+    """The consumer session, run after the delivery queues are declared on its connection (inside `run`: a
+    connection lost while declaring is a lost connection like any other, and the session reconnects)."""
+
+    conn: pika.BlockingConnection
+    topology: Topology
+    session: Session
+
+    def run(self) -> None:
+        channel = self.conn.channel()
+        declare_delivery_queues(channel, self.topology)
+        channel.close()
+        self.session.run()
+
+    def abandon(self) -> None:
+        self.session.abandon()
+
+
 def run(settings: Settings) -> int:
     notifier = config.from_env()
-    stopping = stop_on_signals()
+    stopping = on_signals()
     metrics.serve(notifier.metrics_port, notifier.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier")
@@ -41,19 +62,19 @@ def run(settings: Settings) -> int:
     limits = Limits(notifier.batch_size, notifier.concurrency, notifier.prefetch,
                     park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length)
 
-    def declare_deliveries(conn: pika.BlockingConnection) -> None:
-        channel = conn.channel()
-        declare_delivery_queues(channel, topology)
-        channel.close()
+    def session(conn: pika.BlockingConnection) -> DeclaringSession:
+        return DeclaringSession(conn, topology, Session(conn, topology.notifier, processor, batches, batches, limits,
+                                                        stopping))
 
     log.info("notifier starting", extra={"concurrency": notifier.concurrency, "batch_size": notifier.batch_size,
                                          "prefetch": notifier.prefetch, "max_attempts": notifier.max_attempts,
                                          "prefix": settings.amqp_prefix})
     try:
         with ThreadPoolExecutor(notifier.concurrency, thread_name_prefix="batch") as batches:
-            code = consume(settings.amqp_url, "walfeed-notifier", topology.notifier, processor, batches, batches,
-                           limits, stopping, dead_setting=f"{config.PREFIX}_DEAD_MAX_LENGTH",
-                           prepare=declare_deliveries)
+            code = consume(settings.amqp_url, "walfeed-notifier", stopping, session,
+                           f"a queue exists with other arguments than the notifier declares (an older walfeed, or "
+                           f"another {config.PREFIX}_DEAD_MAX_LENGTH): drain and delete it, or set the setting to "
+                           "match; see README 'Upgrading'")
     finally:
         pool.close()
     log.info("notifier stopped")

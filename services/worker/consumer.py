@@ -11,24 +11,20 @@ takes all of them (up to the batch size) at once. No timer waits for a batch to 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from types import FrameType
-from typing import Final, Protocol
+from typing import Protocol
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core.amqp import connect_with_retry
 from services.core.events import Event
 from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
@@ -37,8 +33,6 @@ from services.worker.processing import Message, Result
 log = logging.getLogger(__name__)
 
 _IDLE_TICK = 0.25  # seconds between stop-flag checks while the I/O loop waits
-PRECONDITION_FAILED: Final = 406  # AMQP reply code of a redeclaration with other arguments
-_RECONNECT_PAUSE: Final = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
 
 
 class Work(Protocol):
@@ -236,53 +230,6 @@ class Session:
             task.cancel()
         self._tasks.clear()
         self._ready.clear()
-
-
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT: the process stops consuming, settles what it holds, and exits."""
-    stopping = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("stop requested", extra={"signal": signal.Signals(signum).name})
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return stopping
-
-
-def consume(amqp_url: str, name: str, queues: ConsumerQueues, processor: Work, batches: ThreadPoolExecutor,
-            large: ThreadPoolExecutor, limits: Limits, stopping: threading.Event, *, dead_setting: str,
-            prepare: Callable[[pika.BlockingConnection], None] | None = None) -> int:
-    """Consume `queues` on one connection after another until `stopping` is set: reconnect (with backoff) after a
-    lost connection. `prepare` runs on each new connection first (the notifier declares the delivery queues).
-    Returns 0, or 2 when a queue exists with other arguments than declared (the setting `dead_setting` differs,
-    or an older walfeed declared it)."""
-    while not stopping.is_set():
-        conn = connect_with_retry(amqp_url, name=name, should_stop=stopping.is_set)
-        if conn is None:
-            break
-        session = Session(conn, queues, processor, batches, large, limits, stopping)
-        try:
-            if prepare is not None:
-                prepare(conn)
-            session.run()
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code != PRECONDITION_FAILED:
-                raise
-            log.error(f"a queue exists with other arguments than this process declares (an older walfeed, or "
-                      f"another {dead_setting}): drain and delete it, or set the setting to match; see README "
-                      "'Upgrading'", extra={"error": exc.reply_text})
-            return 2
-        except pika.exceptions.AMQPError as exc:
-            log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
-            session.abandon()
-            stopping.wait(_RECONNECT_PAUSE)
-        finally:
-            with contextlib.suppress(pika.exceptions.AMQPError):
-                if conn.is_open:
-                    conn.close()
-    return 0
 
 
 def _returned(delivery: Delivery) -> Result:

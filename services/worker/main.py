@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from services.core.amqp import consume
 from services.core.db import make_pool
 from services.core.settings import Settings
+from services.core.stopping import on_signals
 from services.core.topology import Topology
 from services.worker import metrics
 from services.worker.config import WorkerSettings
-from services.worker.consumer import Limits, consume, stop_on_signals
+from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
 from services.worker.policy import RetryPolicy
 from services.worker.processing import Processor
@@ -31,7 +33,7 @@ PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 
 def run(settings: Settings) -> int:
     worker = WorkerSettings.from_env()
-    stopping = stop_on_signals()
+    stopping = on_signals()
     metrics.serve(worker.metrics_port, worker.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
@@ -48,8 +50,12 @@ def run(settings: Settings) -> int:
     try:
         with ThreadPoolExecutor(worker.concurrency, thread_name_prefix="batch") as batches, \
                 ThreadPoolExecutor(worker.large_concurrency, thread_name_prefix="large") as large:
-            code = consume(settings.amqp_url, "walfeed-worker", topology.fanout, processor, batches, large, limits,
-                           stopping, dead_setting="WALFEED_WORKER_DEAD_MAX_LENGTH")
+            code = consume(
+                settings.amqp_url, "walfeed-worker", stopping,
+                lambda conn: Session(conn, topology.fanout, processor, batches, large, limits, stopping),
+                "a queue exists with other arguments than this worker declares (an older walfeed, or another "
+                "WALFEED_WORKER_DEAD_MAX_LENGTH): drain and delete it, or set the setting to match; see README "
+                "'Upgrading'")
     finally:
         pool.close()
     log.info("worker stopped")

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from services.core.migrate import apply_schema, ensure_slot
-from services.core.topology import DELIVERY_CHANNELS, Topology
+from services.core.topology import Topology
 from tests.harness.infra import Infra
 
 
@@ -95,10 +95,9 @@ def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]
         return  # the broker is down (a test stopped it); names die with a fresh broker or the next cleanup
     try:
         channel = conn.channel()
-        deliveries = [topology.delivery_queue(channel_name) for channel_name in DELIVERY_CHANNELS]
-        for queue in [*topology.queues(), *topology.notifier.queues(), *deliveries, *extra_queues]:
+        for queue in [*topology.queues(), *topology.notifier.queues(), *topology.all_delivery_queues(), *extra_queues]:
             channel.queue_delete(queue)
-        for exchange in {*topology.exchanges(), *topology.notifier.exchanges()}:
+        for exchange in {*topology.exchanges(), *topology.notifier.exchanges(), topology.delivery_settle_exchange}:
             channel.exchange_delete(exchange)
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):

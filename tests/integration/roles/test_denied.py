@@ -59,6 +59,17 @@ DENIED: dict[str, list[LiteralString]] = {
         "UPDATE webhooks SET disabled_at = now()",
         "DELETE FROM outbox",
     ],
+    "delivery": [
+        "UPDATE webhooks SET secret = 'whsec_forged'",
+        "UPDATE webhooks SET url = 'https://attacker.example'",
+        "UPDATE deliveries SET recipient_id = 1",
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+        "VALUES (gen_random_uuid(), 'delivery', '1', 'delivery.webhook', '{}')",
+        "UPDATE users SET email = 'attacker@example.com'",
+        "SELECT * FROM timelines",
+        "DELETE FROM deliveries",
+        "SELECT token_hash FROM users",
+    ],
 }
 
 
@@ -99,6 +110,7 @@ def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEn
         roles.login("relay"): (False, False, False, True, True, False, ["statement_timeout=30s"]),
         roles.login("worker"): (False, False, False, True, False, False, ["statement_timeout=60s"]),
         roles.login("notifier"): (False, False, False, True, False, False, ["statement_timeout=30s"]),
+        roles.login("delivery"): (False, False, False, True, False, False, ["statement_timeout=10s"]),
     }
 
 

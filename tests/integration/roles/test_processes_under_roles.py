@@ -12,6 +12,7 @@ import pytest
 
 from services.cli.roles import RoleSettings
 from services.core.topology import Topology
+from services.delivery import signing
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
 from tests.harness.resources import declare_observer
@@ -121,3 +122,22 @@ def test_the_notifier_notifies_a_mention_and_writes_its_delivery_under_its_role(
         conn.close()
     assert orjson.loads(body)["type"] == "delivery.webhook"
     assert role_settings.roles.login("notifier") in sessions(database_url)
+
+
+def test_the_delivery_worker_delivers_a_webhook_under_its_role(
+        processes: Processes, role_env: RoleEnv, role_settings: RoleSettings, database_url: str) -> None:
+    from tests.integration.delivery import receiver as receiver_mod
+    from tests.integration.delivery import world
+    from tests.integration.delivery.conftest import DELIVER_ENV
+
+    with receiver_mod.running([signing.generate_secret()]) as receiver, psycopg.connect(database_url) as db:
+        owner = world.user(db, "owner")
+        hook = world.webhook(db, owner, receiver.url("/role"), receiver.secrets[0])
+        processes.start("deliver", "deliver", "--channel", "webhook", env={**role_env("delivery"), **DELIVER_ENV})
+        processes.start("relay", "relay", env={**role_env("relay"), **QUIET})
+        delivery_id = world.notify(db, owner, world.user(db, "actor"), webhook_id=hook, kind="follow")
+        eventually(lambda: world.delivery(db, delivery_id)["status"] == "DELIVERED", timeout=60,
+                   what="delivered under the delivery role")
+        assert receiver.to("/role")[0].verified_by == (0,)
+    roles = role_settings.roles
+    assert roles.login("delivery") in sessions(database_url)
