@@ -11,6 +11,7 @@ import pika
 import pika.exceptions
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core.amqp import declare_delivery_queues
 from services.core.topology import Topology
@@ -26,7 +27,6 @@ NOTIFIER_ENV = {
     "WALFEED_NOTIFIER_MAX_ATTEMPTS": "5",
 }
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 
 
 @pytest.fixture

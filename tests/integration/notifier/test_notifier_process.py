@@ -9,13 +9,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core import events as ev
 from services.core.topology import Topology
 from services.notifier.mentions import MAX_MENTIONS
 from tests.harness.processes import Processes
 from tests.harness.waiting import eventually
-from tests.integration.notifier.conftest import NOTIFIER_ENV, Channel, depth, drained
+from tests.integration.notifier.conftest import NOTIFIER_ENV, depth, drained
 from tests.integration.worker import world
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -54,7 +55,7 @@ def _notifications(db: Conn) -> list[tuple[int, str, int, int | None, bool]]:
     rows = db.execute("SELECT recipient_id, kind, actor_id, post_id, withdrawn_at IS NOT NULL FROM notifications "
                       "ORDER BY 1, 2, 4").fetchall()
     db.rollback()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 def _settle(processes: Processes, db: Conn, channel: Channel, topology: Topology, events: int) -> None:

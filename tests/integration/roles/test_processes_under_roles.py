@@ -120,7 +120,7 @@ def test_the_notifier_notifies_a_mention_and_writes_its_delivery_under_its_role(
                           what="delivery.webhook event routed")
     finally:
         conn.close()
-    assert orjson.loads(body)["type"] == "delivery.webhook"
+    assert body is not None and orjson.loads(body)["type"] == "delivery.webhook"
     assert role_settings.roles.login("notifier") in sessions(database_url)
 
 
