@@ -25,6 +25,7 @@ from services.notifier import config
 from services.notifier.effects import Effects
 from services.worker import metrics
 from services.worker.consumer import Limits, Session
+from services.worker.main import PLAN_EACH_BATCH
 from services.worker.policy import RetryPolicy
 from services.worker.processing import Processor
 
@@ -55,7 +56,8 @@ def run(settings: Settings) -> int:
     stopping = on_signals()
     metrics.serve(notifier.metrics_port, notifier.metrics_host)
     topology = Topology(settings.amqp_prefix)
-    pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier")
+    pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier",
+                     options=PLAN_EACH_BATCH)  # as the worker's, for the same reason
     pool.open()
     processor = Processor(Effects(pool).apply, None,
                           RetryPolicy(notifier.max_attempts, notifier.retry_base, notifier.retry_cap))

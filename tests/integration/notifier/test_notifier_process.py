@@ -127,3 +127,28 @@ def test_a_deleted_post_withdraws_its_mentions_and_their_undelivered_deliveries(
     assert [(r[0], r[4]) for r in _notifications(db)] == [(bob, True), (carol, True)]
     statuses = db.execute("SELECT recipient_id, status FROM deliveries ORDER BY 1").fetchall()
     assert [tuple(r) for r in statuses] == [(bob, "DELIVERED"), (carol, "WITHDRAWN")]
+
+
+def test_a_notifier_killed_mid_stream_and_restarted_notifies_each_mention_once(
+        db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
+    users = world.add_users(db, 6)
+    author, *named = users
+    h = _handles(db, named)
+    _webhook(db, named[0], ["mention"])
+    body = " ".join(f"@{h[u]}" for u in named)
+    posts = [_post(db, author, body) for _ in range(300)]
+    world.publish(channel, topology, posts)
+    notifier = processes.start("notifier", "notifier", env={**NOTIFIER_ENV, "WALFEED_NOTIFIER_BATCH_SIZE": "3",
+                                                            "WALFEED_NOTIFIER_CONCURRENCY": "1"})
+    eventually(lambda: _processed(db) >= 10, timeout=60, what="some posts processed")
+    notifier.kill()  # SIGKILL: unacked messages go back to the queue, committed batches stay
+    assert _processed(db) < len(posts), "the notifier finished before it could be killed"
+    notifier.start()
+    _settle(processes, db, channel, topology, len(posts))
+
+    counts = db.execute("SELECT count(*), count(DISTINCT (post_id, recipient_id)) FROM notifications").fetchone()
+    assert counts == (len(posts) * len(named), len(posts) * len(named))
+    deliveries = db.execute("SELECT count(*), count(DISTINCT notification_id) FROM deliveries").fetchone()
+    events = db.execute("SELECT count(*) FROM outbox WHERE type = 'delivery.webhook'").fetchone()
+    assert deliveries == (len(posts), len(posts)) and events == (len(posts),)
+    db.rollback()
