@@ -114,7 +114,8 @@ def worker_run(db_url: str, prefix: str, ids: list[int], concurrency: int) -> tu
     publish_backlog(Topology(prefix), ids)
     env = {**os.environ, "WALFEED_DATABASE_URL": db_url, "WALFEED_AMQP_URL": AMQP, "WALFEED_AMQP_PREFIX": prefix,
            "WALFEED_DELIVERY_CONCURRENCY": str(concurrency), "WALFEED_WEBHOOK_ALLOW_HTTP": "true",
-           "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WALFEED_LOG_LEVEL": "WARNING"}
+           "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WALFEED_LOG_LEVEL": "WARNING",
+           "WALFEED_DELIVERY_METRICS_PORT": "0"}
     worker = subprocess.Popen([sys.executable, "-m", "services.cli", "deliver", "--channel", "webhook"], env=env,
                               stdin=subprocess.DEVNULL)
     try:

@@ -22,7 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
-from services.delivery import broker, processing, route
+from services.delivery import broker, metrics, processing, route
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ class Session:
                                    message.body, message.props)
             elif isinstance(outcome, processing.DeadLetter):
                 log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
+                metrics.DEAD.labels(self._name).inc()
                 self._publish_dead(publisher, message, outcome)
         except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as exc:
             log.error("publish refused, requeueing", extra={**context, "error": repr(exc)})

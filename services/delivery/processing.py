@@ -19,7 +19,7 @@ import psycopg
 import psycopg_pool
 
 from services.core.events import MalformedEvent, decode
-from services.delivery import policy, route
+from services.delivery import metrics, policy, route
 from services.delivery.payload import Delivery
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class Processor:
         if not taken:
             wait_ms = max(1, round(self._store.wait(delivery.target, self._limits.rate, self._limits.burst) * 1000))
             log.info("rate limited", extra={**context, "wait_ms": wait_ms})
+            metrics.THROTTLED.labels(delivery.channel).inc()
             return Hop(route.first_hop(wait_ms), route.copy_headers(headers, **{
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
         started = time.monotonic()
@@ -159,9 +160,11 @@ class Processor:
                            code=code, error=decision.reason,
                            excerpt=result.excerpt if isinstance(result, policy.Answer) else None,
                            delay=decision.delay, disable=decision.disable)
+        seconds = time.monotonic() - started
         log.info("delivery attempted", extra={**context, "status": decision.status, "code": code,
                                               "reason": decision.reason, "disable": decision.disable,
-                                              "ms": round((time.monotonic() - started) * 1000, 1)})
+                                              "ms": round(seconds * 1000, 1)})
+        metrics.attempted(delivery.channel, decision.status, seconds, decision.disable is not None)
         if decision.status == policy.DELIVERED:
             return ACK
         if decision.status == policy.DEAD:
