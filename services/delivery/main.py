@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from services.core.amqp import consume
 from services.core.db import make_pool
+from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
-from services.delivery import metrics
 from services.delivery.config import DeliverySettings
 from services.delivery.consumer import Session
 from services.delivery.mail import EmailSender
@@ -36,7 +36,7 @@ def _sender(delivery: DeliverySettings) -> WebhookSender | EmailSender:
 def run(settings: Settings, channel: str) -> int:
     delivery = DeliverySettings.from_env(channel)
     stopping = on_signals()
-    metrics.serve(delivery.metrics_port, delivery.metrics_host)
+    serve_metrics(delivery.metrics_port, delivery.metrics_host)
     topology = Topology(settings.amqp_prefix)
     # No check round trip per checkout: a query on a broken connection postpones its delivery (processing.py).
     # Autocommit: each of the worker's statements is one transaction of its own (services/delivery/sql.py).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -16,16 +16,6 @@ THROTTLED = Counter("walfeed_delivery_throttled_total", "Tries held back by thei
                     ["channel"])
 DISABLED = Counter("walfeed_delivery_webhooks_disabled_total", "Webhooks disabled (410 Gone, or failing too long)")
 DEAD = Counter("walfeed_delivery_dead_letters_total", "Messages sent to the channel's dead queue", ["channel"])
-
-
-def serve(port: int, host: str) -> None:
-    if port == 0:
-        return
-    try:
-        start_http_server(port, addr=host)
-        log.info("metrics listening", extra={"host": host, "port": port})
-    except OSError as exc:
-        log.warning("metrics endpoint unavailable", extra={"host": host, "port": port, "error": repr(exc)})
 
 
 def attempted(channel: str, status: str, seconds: float, disabled: bool) -> None:
