@@ -13,6 +13,8 @@
 | `WALFEED_DELIVERY_CONNECT_TIMEOUT` | `5` | seconds to connect to a receiver |
 | `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole request and its answer |
 | `WALFEED_DELIVERY_DEAD_MAX_LENGTH` | `100000` | dead letters kept per channel |
+| `WALFEED_DELIVERY_METRICS_PORT` | `9103` webhook, `9104` email | Prometheus endpoint; `0` turns it off |
+| `WALFEED_DELIVERY_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated) |
 | `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | CIDR networks webhooks may reach although not public (ssrf.py) |
 | `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | allow plain `http://` webhook URLs |
 | `WALFEED_SMTP_URL` | none | `smtp://[user:password@]host[:port]`, `smtp+starttls://`, `smtps://`: needed for email |
@@ -28,10 +30,11 @@ from email.utils import parseaddr
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import METRICS_HOST, Env, SettingsError
 from services.delivery import policy, ssrf
 
 DEAD_MAX_LENGTH: Final = 100_000
+METRICS_PORTS: Final = {"webhook": 9103, "email": 9104}  # one of each channel on a host without a setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class DeliverySettings:
     dead_max_length: int
     ssrf: ssrf.Policy
     email: Email | None
+    metrics_port: int
+    metrics_host: str
 
     @classmethod
     def from_env(cls, channel: str, environ: Mapping[str, str] | None = None) -> DeliverySettings:
@@ -94,6 +99,9 @@ class DeliverySettings:
                                     maximum=100_000_000),
             ssrf=ssrf.policy_from_env(env),
             email=_email(env) if channel == "email" else None,
+            metrics_port=env.int("WALFEED_DELIVERY_METRICS_PORT", METRICS_PORTS.get(channel, 0), minimum=0,
+                                 maximum=65_535),
+            metrics_host=env.str("WALFEED_DELIVERY_METRICS_HOST", "127.0.0.1", METRICS_HOST),
         )
 
 

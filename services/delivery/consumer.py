@@ -21,8 +21,8 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core.topology import DELIVERY_RETRY_DELAYS_MS, Topology
-from services.delivery import broker, processing, route
+from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
+from services.delivery import broker, metrics, processing, route
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,10 @@ class Session:
 
     def run(self) -> None:
         channel = self._conn.channel()
-        broker.declare(channel, self._topology, self._name, self._dead_max_length)
+        # Every channel's queues, not only this one's: the relay holds its WAL position on an event no queue takes
+        # (ADR 0012), so a delivery.email event must have a queue even where no email worker runs yet.
+        for name in DELIVERY_CHANNELS:
+            broker.declare(channel, self._topology, name, self._dead_max_length)
         channel.basic_qos(prefetch_count=self._concurrency * 2)
         publisher = self._conn.channel()
         publisher.confirm_delivery()
@@ -114,6 +117,7 @@ class Session:
                                    message.body, message.props)
             elif isinstance(outcome, processing.DeadLetter):
                 log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
+                metrics.DEAD.labels(self._name).inc()
                 self._publish_dead(publisher, message, outcome)
         except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as exc:
             log.error("publish refused, requeueing", extra={**context, "error": repr(exc)})

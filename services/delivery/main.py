@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from services.core.amqp import consume
 from services.core.db import make_pool
+from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
@@ -35,8 +36,12 @@ def _sender(delivery: DeliverySettings) -> WebhookSender | EmailSender:
 def run(settings: Settings, channel: str) -> int:
     delivery = DeliverySettings.from_env(channel)
     stopping = on_signals()
+    serve_metrics(delivery.metrics_port, delivery.metrics_host)
     topology = Topology(settings.amqp_prefix)
-    pool = make_pool(settings.database_url, min_size=1, max_size=delivery.concurrency, name=f"walfeed-{channel}")
+    # No check round trip per checkout: a query on a broken connection postpones its delivery (processing.py).
+    # Autocommit: each of the worker's statements is one transaction of its own (services/delivery/sql.py).
+    pool = make_pool(settings.database_url, min_size=1, max_size=delivery.concurrency, name=f"walfeed-{channel}",
+                     check=False, autocommit=True)
     pool.open()
     sender = _sender(delivery)
     checked: Sender = sender

@@ -44,6 +44,7 @@ class Delivery:
     # email channel
     email: str | None = None
     email_kinds: tuple[str, ...] = ()
+    target: str = ""  # the rate limit's key: 'webhook:<id>' or 'email:<recipient id>' (sql.LOAD)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Delivery:
@@ -53,11 +54,6 @@ class Delivery:
 
     def __repr__(self) -> str:  # never the secrets
         return f"Delivery(id={self.id}, channel={self.channel!r}, status={self.status!r})"
-
-    @property
-    def target(self) -> str:
-        """The rate limit's key: one webhook, or one recipient's mailbox."""
-        return f"webhook:{self.webhook_id}" if self.channel == "webhook" else f"email:{self.recipient_id}"
 
     @property
     def event_type(self) -> str:

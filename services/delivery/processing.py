@@ -19,7 +19,7 @@ import psycopg
 import psycopg_pool
 
 from services.core.events import MalformedEvent, decode
-from services.delivery import policy, route
+from services.delivery import metrics, policy, route
 from services.delivery.payload import Delivery
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ REQUEUE: Final = Requeue()
 
 
 class Store(Protocol):
-    def load(self, delivery_id: int) -> Delivery | None: ...
+    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None: ...
 
     def record(self, delivery_id: int, status: str, *, attempts: int, failed: bool, code: int | None = None,
                error: str | None = None, excerpt: str | None = None, delay: float | None = None,
@@ -65,7 +65,7 @@ class Store(Protocol):
 
     def withdraw(self, delivery_id: int) -> None: ...
 
-    def take(self, target: str, rate: float, burst: int) -> float: ...
+    def wait(self, target: str, rate: float, burst: int) -> float: ...
 
 
 class Sender(Protocol):
@@ -127,9 +127,10 @@ class Processor:
 
     def _deliver(self, delivery_id: int, attempt: int, headers: Mapping[str, object] | None,
                  now: datetime) -> Outcome:
-        delivery = self._store.load(delivery_id)
-        if delivery is None:
+        loaded = self._store.load(delivery_id, self._limits.rate, self._limits.burst)
+        if loaded is None:
             return DeadLetter(f"no delivery {delivery_id}", attempt)
+        delivery, taken = loaded
         context = {"delivery_id": delivery_id, "attempt": attempt, "channel": delivery.channel}
         if delivery.status not in policy.SENDABLE:
             log.info("delivery already settled, not sent", extra={**context, "status": delivery.status})
@@ -144,10 +145,10 @@ class Processor:
             reason = f"webhook disabled: {delivery.disabled_reason}"
             self._store.record(delivery_id, policy.DEAD, attempts=attempt - 1, failed=False, error=reason)
             return DeadLetter(reason, attempt - 1)
-        wait = self._store.take(delivery.target, self._limits.rate, self._limits.burst)
-        if wait > 0:
-            wait_ms = max(1, round(wait * 1000))
+        if not taken:
+            wait_ms = max(1, round(self._store.wait(delivery.target, self._limits.rate, self._limits.burst) * 1000))
             log.info("rate limited", extra={**context, "wait_ms": wait_ms})
+            metrics.THROTTLED.labels(delivery.channel).inc()
             return Hop(route.first_hop(wait_ms), route.copy_headers(headers, **{
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
         started = time.monotonic()
@@ -159,9 +160,11 @@ class Processor:
                            code=code, error=decision.reason,
                            excerpt=result.excerpt if isinstance(result, policy.Answer) else None,
                            delay=decision.delay, disable=decision.disable)
+        seconds = time.monotonic() - started
         log.info("delivery attempted", extra={**context, "status": decision.status, "code": code,
                                               "reason": decision.reason, "disable": decision.disable,
-                                              "ms": round((time.monotonic() - started) * 1000, 1)})
+                                              "ms": round(seconds * 1000, 1)})
+        metrics.attempted(delivery.channel, decision.status, seconds, decision.disable is not None)
         if decision.status == policy.DELIVERED:
             return ACK
         if decision.status == policy.DEAD:

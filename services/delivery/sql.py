@@ -3,21 +3,37 @@
 from typing import Final
 
 # A delivery and everything its message is built from: the target (webhook, or the recipient's address), the
-# notification, its actor and post. Secrets are read here and go nowhere but the signature.
+# notification, its actor and post. Secrets are read here and go nowhere but the signature. In the same statement,
+# when the delivery is to be tried now, one try is taken from its target's rate limit: a GCRA (generic cell rate
+# algorithm) per target, allowed while the target's theoretical arrival time is at most `tolerance` ahead of now,
+# which then moves `interval` further (no limit: `interval` NULL). `taken` is false when over the limit.
 LOAD: Final = """
-SELECT d.id, d.channel, d.status, d.attempts, d.notification_id, d.recipient_id, d.created_at,
-       w.id AS webhook_id, w.url, w.secret, w.previous_secret, w.previous_secret_until, w.disabled_at,
-       w.disabled_reason, w.failing_since, w.events,
-       n.kind, n.actor_id, n.post_id, n.created_at AS notified_at, n.withdrawn_at,
-       a.handle AS actor_handle, p.body AS post_body,
-       u.handle AS recipient_handle, u.email, u.email_kinds
-FROM deliveries d
-JOIN users u ON u.id = d.recipient_id
-LEFT JOIN webhooks w ON w.id = d.webhook_id
-LEFT JOIN notifications n ON n.id = d.notification_id
-LEFT JOIN users a ON a.id = n.actor_id
-LEFT JOIN posts p ON p.id = n.post_id AND p.deleted_at IS NULL
-WHERE d.id = %(id)s
+WITH d AS (
+    SELECT d.id, d.channel, d.status, d.attempts, d.notification_id, d.recipient_id, d.created_at,
+           w.id AS webhook_id, w.url, w.secret, w.previous_secret, w.previous_secret_until, w.disabled_at,
+           w.disabled_reason, w.failing_since,
+           n.kind, n.actor_id, n.post_id, n.created_at AS notified_at, n.withdrawn_at,
+           a.handle AS actor_handle, p.body AS post_body,
+           u.handle AS recipient_handle, u.email, u.email_kinds,
+           CASE WHEN d.channel = 'webhook' THEN 'webhook:' || d.webhook_id ELSE 'email:' || d.recipient_id END
+               AS target
+    FROM deliveries d
+    JOIN users u ON u.id = d.recipient_id
+    LEFT JOIN webhooks w ON w.id = d.webhook_id
+    LEFT JOIN notifications n ON n.id = d.notification_id
+    LEFT JOIN users a ON a.id = n.actor_id
+    LEFT JOIN posts p ON p.id = n.post_id AND p.deleted_at IS NULL
+    WHERE d.id = %(id)s
+), taken AS (
+    INSERT INTO delivery_rate_limits AS r (target, tat)
+    SELECT d.target, clock_timestamp() + make_interval(secs => %(interval)s) FROM d
+    WHERE %(interval)s::float8 IS NOT NULL AND d.status IN ('PENDING', 'RETRYING') AND d.withdrawn_at IS NULL
+      AND d.disabled_at IS NULL
+    ON CONFLICT (target) DO UPDATE SET tat = greatest(r.tat, clock_timestamp()) + make_interval(secs => %(interval)s)
+    WHERE r.tat - clock_timestamp() <= make_interval(secs => %(tolerance)s)
+    RETURNING true
+)
+SELECT d.*, %(interval)s::float8 IS NULL OR EXISTS (SELECT FROM taken) AS taken FROM d
 """
 
 # The outcome of a try (or of a decision not to try). Only a delivery still to be sent changes: one withdrawn or
@@ -45,16 +61,6 @@ WHERE w.id = d.webhook_id
 WITHDRAW: Final = """
 UPDATE deliveries SET status = 'WITHDRAWN', next_attempt_at = NULL, updated_at = clock_timestamp()
 WHERE id = %(id)s AND status IN ('PENDING', 'RETRYING')
-"""
-
-# GCRA (generic cell rate algorithm) per target: a try is allowed while the target's theoretical arrival time is at
-# most `tolerance` ahead of now, and moves it `interval` further. No row comes back when over the limit.
-TAKE: Final = """
-INSERT INTO delivery_rate_limits AS r (target, tat)
-VALUES (%(target)s, clock_timestamp() + make_interval(secs => %(interval)s))
-ON CONFLICT (target) DO UPDATE SET tat = greatest(r.tat, clock_timestamp()) + make_interval(secs => %(interval)s)
-WHERE r.tat - clock_timestamp() <= make_interval(secs => %(tolerance)s)
-RETURNING true AS taken
 """
 
 # Over the limit: seconds until a try is allowed.

@@ -18,12 +18,12 @@ import pika
 
 from services.core.amqp import consume, declare_delivery_queues
 from services.core.db import make_pool
+from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
 from services.notifier import config
 from services.notifier.effects import Effects
-from services.worker import metrics
 from services.worker.consumer import Limits, Session
 from services.worker.main import PLAN_EACH_BATCH
 from services.worker.policy import RetryPolicy
@@ -54,7 +54,7 @@ class DeclaringSession:
 def run(settings: Settings) -> int:
     notifier = config.from_env()
     stopping = on_signals()
-    metrics.serve(notifier.metrics_port, notifier.metrics_host)
+    serve_metrics(notifier.metrics_port, notifier.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier",
                      options=PLAN_EACH_BATCH)  # as the worker's, for the same reason

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from services.core.amqp import consume
 from services.core.db import make_pool
+from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
-from services.worker import metrics
 from services.worker.config import WorkerSettings
 from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
@@ -34,7 +34,7 @@ PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan"
 def run(settings: Settings) -> int:
     worker = WorkerSettings.from_env()
     stopping = on_signals()
-    metrics.serve(worker.metrics_port, worker.metrics_host)
+    serve_metrics(worker.metrics_port, worker.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
                      name="walfeed-worker", options=PLAN_EACH_BATCH)

@@ -24,13 +24,14 @@ class FakeStore:
     rows: dict[int, Delivery] = field(default_factory=dict)
     records: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     withdrawn: list[int] = field(default_factory=list)
-    wait: float = 0.0
+    over_limit_for: float = 0.0  # seconds the target's rate limit holds tries back
     fail_load: Exception | None = None
 
-    def load(self, delivery_id: int) -> Delivery | None:
+    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None:
         if self.fail_load is not None:
             raise self.fail_load
-        return self.rows.get(delivery_id)
+        row = self.rows.get(delivery_id)
+        return None if row is None else (row, self.over_limit_for == 0)
 
     def record(self, delivery_id: int, status: str, **kwargs: Any) -> None:
         self.records.append((delivery_id, status, kwargs))
@@ -38,8 +39,8 @@ class FakeStore:
     def withdraw(self, delivery_id: int) -> None:
         self.withdrawn.append(delivery_id)
 
-    def take(self, target: str, rate: float, burst: int) -> float:
-        return self.wait
+    def wait(self, target: str, rate: float, burst: int) -> float:
+        return self.over_limit_for
 
 
 @dataclass
@@ -96,7 +97,7 @@ def test_the_last_attempt_is_a_dead_letter() -> None:
 
 
 def test_over_the_rate_limit_it_waits_without_spending_an_attempt_or_sending() -> None:
-    store, sender = FakeStore({1: _delivery()}, wait=1.5), FakeSender()
+    store, sender = FakeStore({1: _delivery()}, over_limit_for=1.5), FakeSender()
     outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 2})
     assert isinstance(outcome, processing.Hop)
     assert outcome.headers[route.ATTEMPT_HEADER] == 2 and outcome.headers[route.DUE_HEADER] == NOW_MS + 1500

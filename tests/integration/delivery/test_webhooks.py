@@ -155,7 +155,10 @@ def test_rate_limit_spaces_tries_to_one_target_without_spending_attempts(
     assert len(times) == 5 and times[-1] - times[0] >= 4 * 0.25 * 0.9  # 5 tries at 4/s: a second at least
 
 
-def test_sigterm_stops_the_worker_cleanly(db: Db, start_pipeline: StartPipeline) -> None:
+def test_a_webhook_worker_declares_the_email_queues_too_and_stops_cleanly_on_sigterm(
+        db: Db, start_pipeline: StartPipeline, channel: Channel, topology: Topology) -> None:
     worker = start_pipeline()
     eventually(lambda: "consuming" in worker.log(), what="consuming")
+    # Without an email worker, a delivery.email event still has a queue: the relay never holds on it.
+    assert channel.queue_declare(topology.delivery_queue("email"), passive=True).method.message_count == 0
     assert worker.stop(signal.SIGTERM) == 0
