@@ -91,7 +91,6 @@ def post_from_row(row: dict[str, Any]) -> Post:
 
 # Notifications (docs/notifications.md).
 
-NOTIFICATION_KINDS = ("follow", "mention")
 Kind = Literal["follow", "mention"]
 # An address as mail servers take it, checked loosely (the delivery worker's SMTP server has the last word): one
 # @, no space or ASCII control character (no header injection), a dot in the domain. RFC 5321 caps a path at 256
@@ -138,7 +137,8 @@ class Unread(BaseModel):
 
 
 Email = Annotated[str, Field(max_length=254, pattern=EMAIL_PATTERN, examples=["alice@example.com"])]
-Kinds = Annotated[list[Kind], Field(max_length=len(NOTIFICATION_KINDS)), AfterValidator(_distinct_kinds)]
+# No maxItems: repeats are allowed and dropped (the request body's size bounds the list).
+Kinds = Annotated[list[Kind], AfterValidator(_distinct_kinds)]
 
 
 class MeUpdate(BaseModel):
@@ -160,8 +160,7 @@ class NewWebhook(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: Annotated[str, Field(min_length=1, max_length=2048, examples=["https://example.com/walfeed"],
                               description="https (http only where the server allows it); public addresses only")]
-    events: Annotated[list[Kind], Field(min_length=1, max_length=len(NOTIFICATION_KINDS),
-                                        description="the notification kinds delivered"),
+    events: Annotated[list[Kind], Field(min_length=1, description="the notification kinds delivered (repeats dropped)"),
                       AfterValidator(_distinct_kinds)]
 
 

@@ -11,6 +11,7 @@ changes nothing (an unfollow takes back no notification). Each notification come
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -123,7 +124,7 @@ class Effects:
                 for recipient in mentions.recipients(hs, users, event.payload["author_id"])]
 
     @staticmethod
-    def _notify(conn: Conn, wanted: list[Notification]) -> set[Any]:
+    def _notify(conn: Conn, wanted: list[Notification]) -> set[uuid.UUID]:
         """Insert the notifications with their deliveries; the ids of the events that created any."""
         if not wanted:
             return set()

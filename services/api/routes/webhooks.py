@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, Response
 
 from services.api import cursor as cursors
 from services.api import paging, store
-from services.api.deps import Token, session, write_session
+from services.api.deps import Token, database, session, write_session
 from services.api.models import (
     DeliveryCreated,
     DeliveryPage,
@@ -58,13 +58,15 @@ async def create_webhook(new: NewWebhook, token: Token, request: Request) -> Web
     """Register a webhook for the given notification kinds. The reply holds its signing secret, the only copy
     shown. The URL must be https and every address its host resolves to public (the delivery worker checks
     again at each attempt: DNS answers change)."""
+    async with write_session(request, token) as (_, me):
+        pass  # authenticated and within the write limit before any DNS lookup is made for the caller
     policy: ssrf.Policy = request.app.state.api_settings.webhook_policy
     try:
         await asyncio.to_thread(ssrf.checked, new.url, policy)  # getaddrinfo blocks: off the event loop
     except ssrf.UrlRefused as exc:
         raise ApiError(422, f"webhook URL refused: {exc}", "webhook-url-refused") from None
     secret = signing.generate_secret()
-    async with write_session(request, token) as (db, me):
+    async with database(request) as db:  # no connection held while resolving
         try:
             row = await store.create_webhook(db, me, new.url, new.events, secret)
         except store.WebhookLimit:

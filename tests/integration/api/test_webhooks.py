@@ -182,3 +182,8 @@ def test_deleting_a_webhook_deletes_its_deliveries(client: httpx.Client, signup:
     assert client.get(f"/v1/webhooks/{hook}", headers=alice.auth).status_code == 404
     assert client.delete(f"/v1/webhooks/{hook}", headers=alice.auth).status_code == 404
     assert db.execute("SELECT count(*) AS n FROM deliveries").fetchone() == {"n": 0}
+
+
+def test_registration_needs_a_token_before_any_url_is_resolved(client: httpx.Client) -> None:
+    reply = client.post("/v1/webhooks", json={"url": "https://walfeed-test.invalid/", "events": ["mention"]})
+    assert reply.status_code == 401  # not 422: nothing is looked up for an anonymous caller
