@@ -14,7 +14,7 @@
 | `WALFEED_API_STATEMENT_TIMEOUT` | `2.0` | seconds one database statement may run (`statement_timeout`); then 503 |
 | `WALFEED_API_SIGNUP_LIMIT` | `20` | sign-ups per client address per window; 0: no limit (ADR 0033) |
 | `WALFEED_API_SIGNUP_WINDOW` | `3600` | that window, in seconds |
-| `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, deletes, token changes); 0: no limit |
+| `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, webhooks, ...); 0: no limit |
 | `WALFEED_API_WRITE_WINDOW` | `60` | that window, in seconds |
 | `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | CIDR networks webhook URLs may resolve to although not public |
 | `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | `true`: plain `http://` webhook URLs are accepted |
