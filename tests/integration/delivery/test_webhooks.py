@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 Db = psycopg.Connection[Any]
 
 
-def _settled(db: Db, delivery_id: int, status: str, timeout: float = 30) -> dict[str, Any]:
+def _settled(db: Db, delivery_id: int, status: str, timeout: float = 60) -> dict[str, Any]:
     return eventually(lambda: (row := world.delivery(db, delivery_id))["status"] == status and row,
                       timeout=timeout, what=f"delivery {delivery_id} {status}")
 
