@@ -22,7 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
-from services.delivery import broker, metrics, processing, route
+from services.delivery import acks, broker, metrics, processing, route
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,12 @@ class Session:
         self._concurrency = concurrency
         self._dead_max_length = dead_max_length
         self._stopping = stopping
-        self._ready: deque[Message] = deque()  # connection thread only
-        self._running: dict[int, Future[None]] = {}  # connection thread only
+        # Touched by the connection thread only:
+        self._ready: deque[Message] = deque()  # delivered, waiting for a free thread
+        self._running: dict[int, Future[None]] = {}
+        self._unsettled: dict[int, None] = {}  # every tag not acked or nacked yet, in delivery order
+        self._done: set[int] = set()  # finished, to be acked (acks.py)
+        self._flush_scheduled = False
 
     def run(self) -> None:
         channel = self._conn.channel()
@@ -61,7 +65,7 @@ class Session:
         # (ADR 0012), so a delivery.email event must have a queue even where no email worker runs yet.
         for name in DELIVERY_CHANNELS:
             broker.declare(channel, self._topology, name, self._dead_max_length)
-        channel.basic_qos(prefetch_count=self._concurrency * 2)
+        channel.basic_qos(prefetch_count=self._concurrency * 4)  # finished ones wait a little for their ack
         publisher = self._conn.channel()
         publisher.confirm_delivery()
         queue = self._topology.delivery_queue(self._name)
@@ -71,14 +75,16 @@ class Session:
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         channel.basic_cancel(tag)
         for message in self._ready:  # not started: back to the queue as they were
-            channel.basic_nack(message.tag, requeue=True)
+            self._nack(channel, message.tag)
         self._ready.clear()
         while self._running:
             self._conn.process_data_events(time_limit=_IDLE_TICK)
+        self._flush_acks(channel, hold=0)
         log.info("stopped consuming")
 
     def _on_message(self, publisher: BlockingChannel, channel: BlockingChannel, method: Basic.Deliver,
                     props: pika.BasicProperties, body: bytes) -> None:
+        self._unsettled[method.delivery_tag] = None
         self._ready.append(Message(method.delivery_tag, props, body))
         self._dispatch(channel, publisher)
 
@@ -103,10 +109,25 @@ class Session:
                 outcome: processing.Outcome) -> None:
         del self._running[message.tag]
         if isinstance(outcome, processing.Requeue) or not self._publish(publisher, message, outcome):
-            channel.basic_nack(message.tag, requeue=True)
+            self._nack(channel, message.tag)
         else:
-            channel.basic_ack(message.tag)
+            self._done.add(message.tag)
+            if not self._flush_scheduled:  # after the other settlements already waiting: one frame for all
+                self._flush_scheduled = True
+                self._conn.call_later(0, functools.partial(self._flush_acks, channel, self._concurrency))
         self._dispatch(channel, publisher)
+
+    def _nack(self, channel: BlockingChannel, tag: int) -> None:
+        channel.basic_nack(tag, requeue=True)
+        del self._unsettled[tag]
+
+    def _flush_acks(self, channel: BlockingChannel, hold: int) -> None:
+        self._flush_scheduled = False
+        for tag, multiple in acks.frames(self._unsettled, self._done, hold):
+            channel.basic_ack(tag, multiple=multiple)
+            for settled in ([t for t in self._unsettled if t <= tag] if multiple else [tag]):
+                del self._unsettled[settled]
+                self._done.discard(settled)
 
     def _publish(self, publisher: BlockingChannel, message: Message, outcome: processing.Outcome) -> bool:
         """Publish the hop or dead letter, confirmed; False if the broker refused it (the original is requeued)."""
@@ -140,3 +161,5 @@ class Session:
             task.cancel()
         self._running.clear()
         self._ready.clear()
+        self._unsettled.clear()
+        self._done.clear()

@@ -153,8 +153,8 @@ class Processor:
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
         started = time.monotonic()
         result = self._sender.send(delivery, now)
-        decision = policy.decide(result, attempt, self._limits.retry, self._clock(), delivery.failing_since,
-                                 self._rand)
+        after = self._clock()  # the backoff counts from the try's end (a timeout may have taken a while)
+        decision = policy.decide(result, attempt, self._limits.retry, after, delivery.failing_since, self._rand)
         code = result.code if isinstance(result, policy.Answer) else None
         self._store.record(delivery_id, decision.status, attempts=attempt, failed=decision.status != policy.DELIVERED,
                            code=code, error=decision.reason,
@@ -171,7 +171,7 @@ class Processor:
             return DeadLetter(decision.reason or "dead", attempt)
         delay_ms = max(1, round((decision.delay or 0) * 1000))
         return Hop(route.first_hop(delay_ms), route.copy_headers(headers, **{
-            route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(now) + delay_ms,
+            route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(after) + delay_ms,
             route.REASON_HEADER: decision.reason or ""}))
 
 

@@ -38,7 +38,9 @@ SELECT d.*, %(interval)s::float8 IS NULL OR EXISTS (SELECT FROM taken) AS taken 
 
 # The outcome of a try (or of a decision not to try). Only a delivery still to be sent changes: one withdrawn or
 # settled meanwhile keeps its status. Its webhook's run of failures starts at the first failure and ends at a
-# success; `disable` (a reason) disables the webhook, keeping the first reason if it already is.
+# success; `disable` (a reason) disables the webhook, keeping the first reason if it already is. The webhook row is
+# written only when one of these changes (not at every success: concurrent deliveries to one webhook would queue on
+# its row lock).
 RECORD: Final = """
 WITH d AS (
     UPDATE deliveries
@@ -56,6 +58,7 @@ SET failing_since = CASE WHEN %(failed)s THEN coalesce(w.failing_since, clock_ti
                            ELSE %(disable)s END
 FROM d
 WHERE w.id = d.webhook_id
+  AND (%(disable)s::text IS NOT NULL OR (w.failing_since IS NULL) = %(failed)s)  -- else nothing changes: no write
 """
 
 WITHDRAW: Final = """

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
-from services.delivery import policy, route
+from services.delivery import acks, policy, route
 from services.delivery.policy import DEAD, DELIVERED, RETRYING, Answer, NoAnswer, Refused
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -136,3 +136,26 @@ def test_headers_keep_ours_and_drop_the_brokers() -> None:
     assert copied == {route.ATTEMPT_HEADER: 2, route.DUE_HEADER: 5}
     assert route.attempt_of({route.ATTEMPT_HEADER: True}) == 1 and route.attempt_of(None) == 1
     assert route.due_of({route.DUE_HEADER: "5"}) == 0
+
+
+def test_finished_deliveries_are_acked_together_once_the_oldest_is_finished() -> None:
+    assert acks.frames([1, 2, 3, 4], {1, 2, 4}, hold=8) == [(2, True)]
+    assert acks.frames([3, 4], {4}, hold=8) == []
+    assert acks.frames([3, 4], {3, 4}, hold=8) == [(4, True)]
+
+
+def test_finished_deliveries_held_behind_a_slow_one_are_acked_singly_past_the_hold() -> None:
+    assert acks.frames([1, 2, 3, 4], {2, 3, 4}, hold=2) == [(2, False), (3, False), (4, False)]
+    assert acks.frames([1, 2, 3], {2, 3}, hold=0) == [(2, False), (3, False)]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=60), unique=True, max_size=40), st.data())
+def test_ack_frames_settle_only_finished_deliveries(tags: list[int], data: st.DataObject) -> None:
+    order = sorted(tags)
+    done = set(data.draw(st.lists(st.sampled_from(order), unique=True)) if order else [])
+    hold = data.draw(st.integers(min_value=0, max_value=10))
+    settled: set[int] = set()
+    for tag, multiple in acks.frames(order, done, hold):
+        settled |= {t for t in order if t <= tag} if multiple else {tag}
+    assert settled <= done
+    assert len(done - settled) <= hold or settled == done

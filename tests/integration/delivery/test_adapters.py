@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +69,41 @@ def test_redirects_are_not_followed(receiver: Receiver) -> None:
     assert isinstance(result, policy.Answer) and result.code == 302
     assert policy.decide(result, 1, RETRY, datetime.now(UTC)).status == policy.DEAD
     assert receiver.to("/elsewhere") == []
+
+
+@pytest.fixture
+def dripping() -> Iterator[int]:
+    """A receiver that reads the request, then answers one byte every 0.1 s, forever: a slowloris."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"):
+                    if stop.wait(0.1):
+                        return
+                    conn.sendall(bytes([byte]))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    server.close()
+    thread.join(5)
+
+
+def test_a_receiver_dripping_its_answer_is_cut_off_at_the_total_timeout(dripping: int) -> None:
+    sender = WebhookSender(LOCAL, 1.0, 1.0, 2)
+    started = time.monotonic()
+    try:
+        result = sender.send(_delivery(f"http://127.0.0.1:{dripping}/slow", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    assert isinstance(result, policy.NoAnswer) and result.error.startswith("timeout")
+    assert time.monotonic() - started < 1.0 + 0.5  # each byte came within the read timeout: only the total ends it
 
 
 def test_a_refused_connection_is_a_retriable_network_error() -> None:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 Db = psycopg.Connection[Any]
 
 
-def _settled(db: Db, delivery_id: int, status: str, timeout: float = 30) -> dict[str, Any]:
+def _settled(db: Db, delivery_id: int, status: str, timeout: float = 60) -> dict[str, Any]:
     return eventually(lambda: (row := world.delivery(db, delivery_id))["status"] == status and row,
                       timeout=timeout, what=f"delivery {delivery_id} {status}")
 
@@ -50,6 +50,7 @@ def test_500_500_200_is_delivered_on_the_third_attempt_with_backoff_and_one_webh
     assert body["type"] == "notification.follow" and set(body) == {"type", "timestamp", "data"}
     assert body["data"]["actor"] == {"id": actor, "handle": "actor"}  # type: ignore[index]
     assert receiver.secrets[0] not in requests[0].body.decode()
+    assert world.webhook_row(db, hook)["failing_since"] is None  # the success ended the run of failures
 
 
 def test_429_with_retry_after_2_waits_at_least_2_seconds(
@@ -88,7 +89,8 @@ def test_400_is_dead_at_once_with_its_reason_in_the_dead_queue(
     (props, body), = eventually(lambda: dead_letters(channel, topology), what="dead letter")
     assert props.headers[route.REASON_HEADER] == "HTTP 400" and props.headers[route.ATTEMPTS_HEADER] == 1
     assert str(delivery_id).encode() in body
-    assert world.webhook_row(db, hook)["disabled_at"] is None
+    webhook = world.webhook_row(db, hook)
+    assert webhook["disabled_at"] is None and webhook["failing_since"] is not None  # a run of failures began
     assert len(receiver.to("/bad")) == 1
 
 
