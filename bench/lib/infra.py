@@ -128,7 +128,7 @@ def declare_amqp(prefix: str) -> None:
     """The worker's topology, declared before any publisher starts (the relay holds unroutable events)."""
     conn = pika.BlockingConnection(pika.URLParameters(AMQP))
     try:
-        broker.declare(conn.channel(), Topology(prefix))
+        broker.declare(conn.channel(), Topology(prefix).fanout)
     finally:
         conn.close()
 

@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     notification_id  bigint      REFERENCES notifications (id),
     channel          text        NOT NULL CHECK (channel IN ('webhook', 'email')),
-    webhook_id       bigint      REFERENCES webhooks (id),      -- channel 'webhook'
+    webhook_id       bigint      REFERENCES webhooks (id) ON DELETE CASCADE, -- channel 'webhook'; gone with it
     recipient_id     bigint      NOT NULL REFERENCES users (id), -- the notification's recipient (webhook: its owner)
     status           text        NOT NULL DEFAULT 'PENDING'
                      CHECK (status IN ('PENDING', 'RETRYING', 'DELIVERED', 'DEAD', 'WITHDRAWN')),

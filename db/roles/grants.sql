@@ -1,18 +1,18 @@
 -- What each walfeed process may do in its database (docs/adr/0060). Applied by `walfeed bootstrap-roles` after
 -- the migrations, every run: everything is revoked first, so the result is exactly this file.
--- {database}, {owner}, {api}, {relay}, {worker} are identifiers filled in with psycopg.sql.Identifier.
+-- {database}, {owner}, {api}, {relay}, {worker}, {notifier}, {delivery} are identifiers filled in with psycopg.sql.Identifier.
 -- A migration that adds a table or a statement that reads a new column adds its grant here.
 
 REVOKE ALL ON DATABASE {database} FROM PUBLIC;
-REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker};
-GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker};
+REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker}, {notifier}, {delivery};
+GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker}, {notifier}, {delivery};
 
 REVOKE ALL ON SCHEMA public FROM PUBLIC;
-REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker};
-GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker};
+REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker}, {notifier}, {delivery};
+GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker}, {notifier}, {delivery};
 -- REVOKE ... ON TABLE also revokes the column privileges.
-REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker};
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker};
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
 
 -- api (services/api/sql.py): sign-up, follow counts, posts and their soft delete, outbox inserts, timeline reads.
 -- Identity columns draw from their sequence without a sequence privilege.
@@ -25,6 +25,18 @@ GRANT UPDATE (deleted_at) ON posts TO {api};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};
 GRANT UPDATE (token_hash) ON users TO {api};  -- token rotation and revocation (SET_TOKEN)
 GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upsert (006_rate_limits.sql)
+-- notifications (008_notifications.sql): the in-app list and its read marker, mail settings, webhooks, their
+-- deliveries (ping, retry); a webhook's deliveries go with it by ON DELETE CASCADE, run as the table owner.
+GRANT SELECT ON notifications TO {api};
+GRANT SELECT, INSERT, UPDATE ON notification_reads TO {api};
+GRANT UPDATE (email, email_kinds) ON users TO {api};
+GRANT SELECT, DELETE ON webhooks TO {api};
+GRANT INSERT (owner_id, url, events, secret) ON webhooks TO {api};
+GRANT UPDATE (secret, previous_secret, previous_secret_until, disabled_at, disabled_reason, failing_since)
+    ON webhooks TO {api};
+GRANT SELECT ON deliveries TO {api};
+GRANT INSERT (channel, webhook_id, recipient_id) ON deliveries TO {api};
+GRANT UPDATE (status, attempts, next_attempt_at, updated_at) ON deliveries TO {api};
 
 -- relay: the cdc source reads the slot through its REPLICATION attribute (no table privilege: logical decoding
 -- reads the WAL); the poll source (services/cdc_relay/poll_sql.py) claims and marks outbox rows.
@@ -45,3 +57,28 @@ GRANT SELECT ON posts, users, follows, outbox TO {worker};
 GRANT UPDATE (fanned_out) ON posts TO {worker};
 GRANT UPDATE (timeline_floor) ON users TO {worker};
 GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {worker};
+
+-- notifier (services/notifier/sql.py, and the worker's KNOWN_EVENTS and MARK_PROCESSED_MANY): the outbox row of an
+-- event, posts' bodies and users' handles and mail settings, the webhooks' subscriptions (never their secrets),
+-- notifications and deliveries with their delivery.* outbox events, its idempotency records.
+GRANT SELECT (id, type, payload) ON outbox TO {notifier};
+GRANT INSERT (id, aggregatetype, aggregateid, type, payload) ON outbox TO {notifier};
+GRANT SELECT (id, author_id, body, deleted_at) ON posts TO {notifier};
+GRANT SELECT (id, handle, email, email_kinds) ON users TO {notifier};
+GRANT SELECT (id, owner_id, events, disabled_at) ON webhooks TO {notifier};
+GRANT SELECT, INSERT (recipient_id, kind, actor_id, post_id, event_id) ON notifications TO {notifier};
+GRANT UPDATE (withdrawn_at) ON notifications TO {notifier};
+GRANT SELECT, INSERT (notification_id, channel, webhook_id, recipient_id) ON deliveries TO {notifier};
+GRANT UPDATE (status, updated_at) ON deliveries TO {notifier};
+GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {notifier};
+
+-- delivery (services/delivery/sql.py): a delivery with its target, notification, actor and post; its outcome; the
+-- webhook's run of failures and disabling; the per-target rate limits (011_delivery.sql). Webhook secrets are read
+-- to sign, never written.
+GRANT SELECT ON deliveries, webhooks, notifications TO {delivery};
+GRANT SELECT (id, handle, email, email_kinds) ON users TO {delivery};  -- never token_hash
+GRANT SELECT (id, body, deleted_at) ON posts TO {delivery};
+GRANT UPDATE (status, attempts, last_status_code, last_error, response_excerpt, next_attempt_at, updated_at)
+    ON deliveries TO {delivery};
+GRANT UPDATE (failing_since, disabled_at, disabled_reason) ON webhooks TO {delivery};
+GRANT SELECT, INSERT, UPDATE ON delivery_rate_limits TO {delivery};

@@ -18,7 +18,7 @@ from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
 from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
 from services.api.problems import Problem
-from services.api.routes import feed, health, posts, users
+from services.api.routes import feed, health, notifications, posts, users, webhooks
 from services.core import tracing
 from services.core.settings import Settings
 from services.core.topology import Topology
@@ -61,7 +61,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     app.state.events_exchange = Topology(settings.amqp_prefix).events_exchange
     app.state.registry = CollectorRegistry()
     app.state.scrape_registry = scrape_registry(app.state.registry)
-    for router in (users.router, posts.router, feed.router, health.router):
+    for router in (users.router, posts.router, feed.router, notifications.router, webhooks.router, health.router):
         app.include_router(router)
     if not api.metrics_port:  # else main.py serves them on the internal port
         app.include_router(health.metrics_router)

@@ -14,8 +14,11 @@
 | `WALFEED_API_STATEMENT_TIMEOUT` | `2.0` | seconds one database statement may run (`statement_timeout`); then 503 |
 | `WALFEED_API_SIGNUP_LIMIT` | `20` | sign-ups per client address per window; 0: no limit (ADR 0033) |
 | `WALFEED_API_SIGNUP_WINDOW` | `3600` | that window, in seconds |
-| `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, deletes, token changes); 0: no limit |
+| `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, webhooks, ...); 0: no limit |
 | `WALFEED_API_WRITE_WINDOW` | `60` | that window, in seconds |
+| `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | CIDR networks webhook URLs may resolve to although not public |
+| `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | `true`: plain `http://` webhook URLs are accepted |
+| `WALFEED_WEBHOOK_SECRET_OVERLAP` | `86400` | seconds the previous secret keeps signing after a rotation |
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ from typing import Final
 
 from services.api.ratelimit import Quota
 from services.core.settings import Env, SettingsError
+from services.delivery import ssrf
 
 # Defaults: a household or office behind one address signs up a few accounts an hour; a person writes far less
 # than 2 a second on average (Twitter allowed 2,400 posts a day). Both stop a script, not a user.
 SIGNUP_LIMIT: Final = Quota("signup", 20, 3600)
 WRITE_LIMIT: Final = Quota("write", 120, 60)
+# A rotated webhook secret keeps signing for a day (Svix: 24 h too): time for a receiver to deploy the new one.
+SECRET_OVERLAP: Final = 86_400
+PUBLIC_HTTPS: Final = ssrf.Policy()  # the default: https, public addresses only
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,8 @@ class ApiSettings:
     statement_timeout: float = 2.0
     signup_limit: Quota = SIGNUP_LIMIT
     write_limit: Quota = WRITE_LIMIT
+    webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/delivery/ssrf.py)
+    secret_overlap: int = SECRET_OVERLAP
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -70,6 +79,8 @@ class ApiSettings:
             statement_timeout=env.float("WALFEED_API_STATEMENT_TIMEOUT", 2.0, minimum=0.001, maximum=3600.0),
             signup_limit=_quota(env, "WALFEED_API_SIGNUP", SIGNUP_LIMIT),
             write_limit=_quota(env, "WALFEED_API_WRITE", WRITE_LIMIT),
+            webhook_policy=ssrf.policy_from_env(env),
+            secret_overlap=env.int("WALFEED_WEBHOOK_SECRET_OVERLAP", SECRET_OVERLAP, minimum=0, maximum=30 * 86_400),
         )
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from services.api import text
 
@@ -87,3 +87,147 @@ def post_json(row: dict[str, Any]) -> bytes:
 
 def post_from_row(row: dict[str, Any]) -> Post:
     return Post(**_post_fields(row))
+
+
+# Notifications (docs/notifications.md).
+
+Kind = Literal["follow", "mention"]
+# An address as mail servers take it, checked loosely (the delivery worker's SMTP server has the last word): one
+# @, no space or ASCII control character (no header injection), a dot in the domain. RFC 5321 caps a path at 256
+# octets, so 254 characters. ASCII ranges only: the OpenAPI document's regex dialect and Python's agree on them.
+EMAIL_PATTERN = r"^[^@\x00-\x20\x7f]{1,64}@[^@\x00-\x20\x7f]+\.[^@\x00-\x20\x7f]+$"
+
+
+def _distinct_kinds(kinds: list[Kind]) -> list[Kind]:
+    return list(dict.fromkeys(kinds))
+
+
+class Notification(BaseModel):
+    id: int
+    kind: Kind
+    actor_id: int = Field(description="who followed, or who mentioned")
+    post_id: int | None = Field(description="mention: the post; follow: null")
+    created_at: str = Field(description="RFC 3339, UTC")
+    read: bool = Field(description="at or below the caller's read marker")
+
+
+class NotificationPage(BaseModel):
+    items: list[Notification]
+    next_cursor: str | None
+    unread_count: int = Field(description="notifications above the read marker, counted up to 10,000")
+
+
+def _json_number(value: object) -> object:
+    """A JSON number only: pydantic would take "12" for 12 (JSON Schema's integer takes 12.0, and so do we)."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+class MarkRead(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # No maximum: a larger number than any id means "everything so far" (JSON numbers past 2**53 also lose their
+    # last digits in many clients, so a bound at the bigint maximum would not be one they can rely on).
+    up_to: Annotated[int, Field(ge=1, description="every notification with an id up to this is read"),
+                     BeforeValidator(_json_number), AfterValidator(lambda value: min(value, BIGINT_MAX))]
+
+
+class Unread(BaseModel):
+    unread_count: int
+
+
+Email = Annotated[str, Field(max_length=254, pattern=EMAIL_PATTERN, examples=["alice@example.com"])]
+# No maxItems: repeats are allowed and dropped (the request body's size bounds the list).
+Kinds = Annotated[list[Kind], AfterValidator(_distinct_kinds)]
+
+
+class MeUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    email: Email | None = Field(None, description="where notification mail goes; null: no mail")
+    email_kinds: Kinds | None = Field(None, description="the notification kinds mailed; null or absent: unchanged")
+
+
+class Me(BaseModel):
+    id: int
+    handle: str
+    email: str | None
+    email_kinds: list[Kind]
+
+
+# Webhooks (docs/notifications.md).
+
+class NewWebhook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Annotated[str, Field(min_length=1, max_length=2048, examples=["https://example.com/walfeed"],
+                              description="https (http only where the server allows it); public addresses only")]
+    events: Annotated[list[Kind], Field(min_length=1, description="the notification kinds delivered (repeats dropped)"),
+                      AfterValidator(_distinct_kinds)]
+
+
+class Webhook(BaseModel):
+    id: int
+    url: str
+    events: list[Kind]
+    enabled: bool
+    disabled_reason: str | None
+    created_at: str = Field(description="RFC 3339, UTC")
+    previous_secret_expires_at: str | None = Field(
+        description="during a rotation: until when the previous secret signs too")
+
+
+class WebhookCreated(Webhook):
+    secret: str = Field(description="whsec_ signing secret (Standard Webhooks); shown only here")
+
+
+class WebhookSecret(BaseModel):
+    id: int
+    secret: str = Field(description="whsec_ signing secret (Standard Webhooks); shown only here")
+    previous_secret_expires_at: str | None = Field(
+        description="after a rotation: until when the previous secret signs too")
+
+
+class WebhookList(BaseModel):
+    items: list[Webhook]
+
+
+class Delivery(BaseModel):
+    id: int = Field(description="also the webhook-id header of every attempt")
+    notification_id: int | None = Field(description="null for a ping")
+    status: Literal["PENDING", "RETRYING", "DELIVERED", "DEAD", "WITHDRAWN"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: str | None = Field(description="RFC 3339, UTC; while RETRYING")
+    created_at: str
+    updated_at: str
+
+
+class DeliveryPage(BaseModel):
+    items: list[Delivery]
+    next_cursor: str | None
+
+
+class DeliveryCreated(BaseModel):
+    delivery_id: int
+
+
+def notification_from_row(row: dict[str, Any]) -> Notification:
+    return Notification(id=row["id"], kind=row["kind"], actor_id=row["actor_id"], post_id=row["post_id"],
+                        created_at=rfc3339(row["created_at"]), read=row["read"])
+
+
+def _optional_time(moment: datetime | None) -> str | None:
+    return None if moment is None else rfc3339(moment)
+
+
+def webhook_fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "url": row["url"], "events": row["events"], "enabled": row["disabled_at"] is None,
+            "disabled_reason": row["disabled_reason"], "created_at": rfc3339(row["created_at"]),
+            "previous_secret_expires_at": _optional_time(row["previous_until"])}
+
+
+def delivery_from_row(row: dict[str, Any]) -> Delivery:
+    return Delivery(id=row["id"], notification_id=row["notification_id"], status=row["status"],
+                    attempts=row["attempts"], last_status_code=row["last_status_code"], last_error=row["last_error"],
+                    next_attempt_at=_optional_time(row["next_attempt_at"]), created_at=rfc3339(row["created_at"]),
+                    updated_at=rfc3339(row["updated_at"]))

@@ -152,3 +152,97 @@ SELECT x.id, x.author_id, x.body, x.created_at FROM authors a CROSS JOIN LATERAL
     ORDER BY p.id DESC LIMIT %(limit)s) x
 ORDER BY x.id DESC LIMIT %(limit)s
 """
+
+# Notifications (docs/notifications.md). The caller's own, newest first, withdrawn ones left out
+# (notifications_recipient_idx); `read` against the caller's marker.
+NOTIFICATIONS: Final = """
+SELECT n.id, n.kind, n.actor_id, n.post_id, n.created_at,
+       n.id <= coalesce((SELECT up_to FROM notification_reads WHERE user_id = %(user)s), 0) AS read
+FROM notifications n
+WHERE n.recipient_id = %(user)s AND n.withdrawn_at IS NULL AND n.id < %(before)s
+ORDER BY n.id DESC LIMIT %(limit)s
+"""
+# Counted up to %(cap)s: a badge needs no more, and the count stays an index range of bounded length.
+UNREAD_COUNT: Final = """
+SELECT count(*) AS unread FROM (
+    SELECT 1 FROM notifications
+    WHERE recipient_id = %(user)s AND withdrawn_at IS NULL
+      AND id > coalesce((SELECT up_to FROM notification_reads WHERE user_id = %(user)s), 0)
+    LIMIT %(cap)s) n
+"""
+# The marker only moves up, and never above the caller's newest notification: one that arrives later is unread.
+MARK_READ: Final = """
+INSERT INTO notification_reads AS r (user_id, up_to)
+SELECT %(user)s, least(%(up_to)s, max(id)) FROM notifications WHERE recipient_id = %(user)s HAVING count(*) > 0
+ON CONFLICT (user_id) DO UPDATE SET up_to = greatest(r.up_to, excluded.up_to)
+"""
+
+GET_ME: Final = "SELECT id, handle, email, email_kinds FROM users WHERE id = %(id)s"
+UPDATE_ME: Final = """
+UPDATE users SET email = CASE WHEN %(set_email)s THEN %(email)s ELSE email END,
+                 email_kinds = coalesce(%(kinds)s::text[], email_kinds)
+WHERE id = %(id)s
+RETURNING id, handle, email, email_kinds
+"""
+
+# Webhooks: every statement is scoped to the caller (owner_id), so another user's webhook is not found (404).
+# WEBHOOKS: all of the caller's, or the one %(id)s.
+COUNT_WEBHOOKS: Final = "SELECT count(*) AS n FROM webhooks WHERE owner_id = %(owner)s"
+# The owner's row is locked first, so two registrations at once cannot both pass the per-user limit.
+LOCK_USER: Final = "SELECT id FROM users WHERE id = %(id)s FOR NO KEY UPDATE"
+CREATE_WEBHOOK: Final = """
+INSERT INTO webhooks (owner_id, url, events, secret) VALUES (%(owner)s, %(url)s, %(events)s, %(secret)s)
+RETURNING id
+"""
+WEBHOOKS: Final = """
+SELECT id, url, events, disabled_at, disabled_reason, created_at,
+       CASE WHEN previous_secret_until > now() THEN previous_secret_until END AS previous_until
+FROM webhooks WHERE owner_id = %(owner)s AND (%(id)s::bigint IS NULL OR id = %(id)s)
+ORDER BY id
+"""
+DELETE_WEBHOOK: Final = "DELETE FROM webhooks WHERE id = %(id)s AND owner_id = %(owner)s RETURNING id"
+# The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation).
+ROTATE_SECRET: Final = """
+UPDATE webhooks SET previous_secret = secret, secret = %(secret)s,
+                    previous_secret_until = now() + make_interval(secs => %(overlap)s)
+WHERE id = %(id)s AND owner_id = %(owner)s
+RETURNING id, previous_secret_until
+"""
+ENABLE_WEBHOOK: Final = """
+UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
+WHERE id = %(id)s AND owner_id = %(owner)s
+RETURNING id
+"""
+# The delivery.webhook event (docs/events.md) of the deliveries the `d` query before it returns, in the same statement.
+_WITH_DELIVERY_EVENT: Final = """
+), o AS (
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), 'delivery', d.id::text, 'delivery.webhook', jsonb_build_object('delivery_id', d.id)
+    FROM d
+)
+SELECT id FROM d
+"""
+# A delivery of the webhook without a notification, and its delivery.webhook event, in one statement.
+PING: Final = """
+WITH d AS (
+    INSERT INTO deliveries (channel, webhook_id, recipient_id)
+    SELECT 'webhook', id, owner_id FROM webhooks WHERE id = %(id)s AND owner_id = %(owner)s AND disabled_at IS NULL
+    RETURNING id""" + _WITH_DELIVERY_EVENT
+WEBHOOK_DELIVERIES: Final = """
+SELECT id, notification_id, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at
+FROM deliveries WHERE webhook_id = %(id)s AND id < %(before)s
+ORDER BY id DESC LIMIT %(limit)s
+"""
+# Again PENDING with a new delivery.webhook event, for a delivery that is over (DEAD, or DELIVERED to send again);
+# one in flight (PENDING, RETRYING) or WITHDRAWN is left as it is. The webhook must be enabled.
+RETRY_DELIVERY: Final = """
+WITH d AS (
+    UPDATE deliveries d SET status = 'PENDING', attempts = 0, next_attempt_at = NULL, updated_at = now()
+    FROM webhooks w
+    WHERE d.id = %(delivery)s AND d.webhook_id = %(id)s AND w.id = d.webhook_id AND w.owner_id = %(owner)s
+      AND w.disabled_at IS NULL AND d.status IN ('DEAD', 'DELIVERED')
+    RETURNING d.id""" + _WITH_DELIVERY_EVENT
+DELIVERY_STATUS: Final = """
+SELECT d.status FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.owner_id = %(owner)s
+WHERE d.id = %(delivery)s AND d.webhook_id = %(id)s
+"""

@@ -4,6 +4,7 @@ A write is either one statement (atomic on its own) or an explicit transaction, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, LiteralString
 
 import psycopg
@@ -134,3 +135,105 @@ async def home_timeline(conn: Conn, user: int, before: int | None, fetch: int) -
                                              "limit": fetch - len(rows)})
             segment = paging.next_segment(segment, len(rows), fetch)
     return rows
+
+
+# Notifications (docs/notifications.md).
+
+UNREAD_CAP = 10_000  # unread notifications counted at most (models.NotificationPage)
+
+
+async def notifications(conn: Conn, user: int, before: int, fetch: int) -> tuple[list[Row], int]:
+    """Up to `fetch` of the user's notifications below `before`, newest first, and the unread count, in one
+    snapshot (the count agrees with the page)."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        rows = await _all(conn, sql.NOTIFICATIONS, {"user": user, "before": before, "limit": fetch})
+        count = await _one(conn, sql.UNREAD_COUNT, {"user": user, "cap": UNREAD_CAP})
+    assert count is not None  # an aggregate always returns its row
+    return rows, int(count["unread"])
+
+
+async def mark_read(conn: Conn, user: int, up_to: int) -> int:
+    """Move the user's read marker up to `up_to` (never down, never above their newest notification); returns what
+    is still unread."""
+    await conn.execute(sql.MARK_READ, {"user": user, "up_to": up_to})
+    count = await _one(conn, sql.UNREAD_COUNT, {"user": user, "cap": UNREAD_CAP})
+    assert count is not None
+    return int(count["unread"])
+
+
+async def get_me(conn: Conn, user: int) -> Row:
+    row = await _one(conn, sql.GET_ME, {"id": user})
+    assert row is not None  # the caller was just authenticated
+    return row
+
+
+async def update_me(conn: Conn, user: int, *, set_email: bool, email: str | None,
+                    kinds: Sequence[str] | None) -> Row:
+    """Set the email address (when `set_email`; None removes it) and the kinds mailed (when not None)."""
+    row = await _one(conn, sql.UPDATE_ME, {"id": user, "set_email": set_email, "email": email, "kinds": kinds})
+    assert row is not None
+    return row
+
+
+# Webhooks (docs/notifications.md): every function is scoped to the owner.
+
+class WebhookLimit(Exception):
+    """The owner has MAX_WEBHOOKS webhooks already (nothing was written)."""
+
+
+MAX_WEBHOOKS = 10  # per user: each is a delivery per notification, and a user needs one or two
+
+
+async def create_webhook(conn: Conn, owner: int, url: str, kinds: Sequence[str], secret: str) -> Row:
+    """The new webhook's row (the secret is not in it). Raises WebhookLimit."""
+    async with conn.transaction():
+        await conn.execute(sql.LOCK_USER, {"id": owner})
+        count = await _one(conn, sql.COUNT_WEBHOOKS, {"owner": owner})
+        if count is not None and count["n"] >= MAX_WEBHOOKS:
+            raise WebhookLimit
+        created = await _one(conn, sql.CREATE_WEBHOOK, {"owner": owner, "url": url, "events": kinds,
+                                                        "secret": secret})
+        assert created is not None
+        return (await webhooks(conn, owner, created["id"]))[0]
+
+
+async def webhooks(conn: Conn, owner: int, webhook_id: int | None = None) -> list[Row]:
+    """The owner's webhooks, or the one `webhook_id` (an empty list if it is not theirs)."""
+    return await _all(conn, sql.WEBHOOKS, {"owner": owner, "id": webhook_id})
+
+
+async def delete_webhook(conn: Conn, owner: int, webhook_id: int) -> bool:
+    """Delete the webhook and its deliveries' history (ON DELETE CASCADE); False if it is not the owner's."""
+    return await _one(conn, sql.DELETE_WEBHOOK, {"owner": owner, "id": webhook_id}) is not None
+
+
+async def rotate_secret(conn: Conn, owner: int, webhook_id: int, secret: str, overlap: int) -> Row | None:
+    """The new secret signs from now; the previous one too for `overlap` seconds. None if not the owner's."""
+    return await _one(conn, sql.ROTATE_SECRET, {"owner": owner, "id": webhook_id, "secret": secret,
+                                                "overlap": overlap})
+
+
+async def enable_webhook(conn: Conn, owner: int, webhook_id: int) -> bool:
+    return await _one(conn, sql.ENABLE_WEBHOOK, {"owner": owner, "id": webhook_id}) is not None
+
+
+async def ping(conn: Conn, owner: int, webhook_id: int) -> int | None:
+    """A delivery without notification and its delivery.webhook event; None if the webhook is not the owner's or
+    is disabled."""
+    row = await _one(conn, sql.PING, {"owner": owner, "id": webhook_id})
+    return None if row is None else int(row["id"])
+
+
+async def webhook_deliveries(conn: Conn, webhook_id: int, before: int, fetch: int) -> list[Row]:
+    """The webhook's deliveries below `before`, newest first (the caller checked the webhook is theirs)."""
+    return await _all(conn, sql.WEBHOOK_DELIVERIES, {"id": webhook_id, "before": before, "limit": fetch})
+
+
+async def retry_delivery(conn: Conn, owner: int, webhook_id: int, delivery_id: int) -> tuple[bool, str | None]:
+    """PENDING again with a new delivery.webhook event: (True, 'PENDING') when done; else (False, the delivery's
+    status as it is, or None when the webhook or delivery is not the owner's)."""
+    if await _one(conn, sql.RETRY_DELIVERY, {"owner": owner, "id": webhook_id, "delivery": delivery_id}):
+        return True, "PENDING"
+    row = await _one(conn, sql.DELIVERY_STATUS, {"owner": owner, "id": webhook_id, "delivery": delivery_id})
+    return False, None if row is None else str(row["status"])

@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--source", choices=["cdc", "poll"], default="cdc", help="where events come from")
 
     sub.add_parser("worker", help="the fan-out consumer")
+    sub.add_parser("notifier", help="the notification consumer: follows and mentions -> notifications, deliveries")
+    deliver = sub.add_parser("deliver", help="the notification delivery worker of one channel")
+    deliver.add_argument("--channel", choices=["webhook", "email"], required=True, help="what it delivers to")
     roles = sub.add_parser("bootstrap-roles", help="least privilege: database and broker roles per process, schema "
                            "owned by the owner role, grants; needs Postgres superuser and broker admin rights")
     roles.add_argument("--no-slot", action="store_true", help="no replication slot (relay --source poll)")
@@ -44,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--no-slot", action="store_true",
                          help="schema only, for databases without logical replication (relay --source poll)")
 
-    up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker "
-                        "each under its own role")
+    up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker + "
+                        "notifier each under its own role")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
@@ -130,6 +133,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.worker import main as worker_main
 
         return worker_main.run(settings)
+    if args.command == "notifier":
+        from services.notifier import main as notifier_main
+
+        return notifier_main.run(settings)
+    if args.command == "deliver":
+        from services.delivery import main as deliver_main
+
+        return deliver_main.run(settings, channel=args.channel)
     if args.command == "migrate":
         from services.cli import migrate
 

@@ -3,10 +3,11 @@
 With a Postgres superuser as WALFEED_DATABASE_URL and the broker's admin rights (services.cli.broker_users):
   1. the database, if missing;
   2. the roles `{prefix}_owner` (NOLOGIN), `{prefix}_api`, `{prefix}_relay` (REPLICATION), `{prefix}_worker`,
-     with their passwords and statement_timeout;
+     `{prefix}_notifier`, `{prefix}_delivery`, with their passwords and statement_timeout;
   3. the database and its objects owned by `{prefix}_owner`; the migrations applied as that role;
   4. db/roles/grants.sql; the replication slot (unless --no-slot);
-  5. the RabbitMQ users `{prefix}_relay` and `{prefix}_worker` with permissions on their AMQP names only.
+  5. the RabbitMQ users `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier` and `{prefix}_delivery` with
+     permissions on their AMQP names only.
 Then each process runs with its own WALFEED_DATABASE_URL / WALFEED_AMQP_URL (`walfeed up` builds them).
 """
 
@@ -18,7 +19,7 @@ import psycopg
 
 from services.cli import broker_users, pg_roles
 from services.cli.broker_users import BrokerAdminError
-from services.cli.roles import AMQP_PROCESSES, RoleSettings, amqp_permissions
+from services.cli.roles import AMQP_PROCESSES, PROCESSES, RoleSettings, amqp_permissions
 from services.core.migrate import MigrationError, apply_schema, ensure_database, ensure_slot
 from services.core.settings import Settings
 from services.core.topology import Topology
@@ -52,7 +53,7 @@ def run(settings: Settings, roles: RoleSettings | None = None, *, slot: bool = T
     except (MigrationError, BrokerAdminError, psycopg.Error) as exc:
         print(f"walfeed bootstrap-roles: {str(exc).strip()}", file=sys.stderr)
         return 1
-    names = ", ".join(roles.roles.login(p) for p in ("api", "relay", "worker"))
+    names = ", ".join(roles.roles.login(p) for p in PROCESSES)
     print(f"roles: {roles.roles.owner} owns the schema; {names} log in with their passwords")
     print(f"broker users: {', '.join(roles.roles.login(p) for p in AMQP_PROCESSES)}")
     return 0

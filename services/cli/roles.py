@@ -2,8 +2,9 @@
 
 Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `walfeed`):
 `{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
-`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker` log in, own nothing, and hold the grants of db/roles/grants.sql.
-RabbitMQ users (broker-wide): `{prefix}_relay` and `{prefix}_worker`, with the permissions of `amqp_permissions`.
+`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery` log in, own nothing,
+and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`, `{prefix}_worker`,
+`{prefix}_notifier` and `{prefix}_delivery`, with the permissions of `amqp_permissions`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Final
 from psycopg.conninfo import make_conninfo
 
 from services.core.settings import Env, SettingsError
-from services.core.topology import Topology
+from services.core.topology import DELIVERY_CHANNELS, Topology
 
-PROCESSES: Final = ("api", "relay", "worker")
-AMQP_PROCESSES: Final = ("relay", "worker")  # the api does not talk to the broker
+PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
+AMQP_PROCESSES: Final = ("relay", "worker", "notifier", "delivery")  # the api does not talk to the broker
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
@@ -28,6 +29,8 @@ STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
     "api": "5s",      # single-row writes and index-bounded reads
     "relay": "30s",   # poll claims and marks of one batch; the walsender's stream is not a statement
     "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
+    "notifier": "30s",  # one batch of notifications with their deliveries (index lookups and inserts)
+    "delivery": "10s",  # single-row reads and updates by key; the HTTP or SMTP call holds no statement open
 }
 
 MIN_PASSWORD_LENGTH: Final = 16
@@ -112,14 +115,30 @@ def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
     dead letters to the settle exchange (write). No right on the default exchange: a publish there is checked
     against amq.default only, not against the queue named by the routing key, so it would reach any queue of the
     vhost (docs/adr/0060).
+    notifier: as the worker, on its own queues and settle exchange; and declare (configure) and bind (write) the
+    delivery work queues, which it never reads: the delivery events it writes must never be unroutable (ADR 0080).
+    delivery: the same for both channels' queues and the deliveries settle exchange (docs/adr/0081).
     """
     t = topology
+    n = t.notifier
+    work = [t.delivery_queue(channel) for channel in DELIVERY_CHANNELS]
+    deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
     return {
         "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
         "worker": Permissions(
             configure=_exactly(*t.exchanges(), *t.queues()),
             write=_exactly(t.settle_exchange, *t.queues()),
             read=_exactly(*t.exchanges(), *t.queues()),
+        ),
+        "notifier": Permissions(
+            configure=_exactly(*n.exchanges(), *n.queues(), *work),
+            write=_exactly(n.settle_exchange, *n.queues(), *work),
+            read=_exactly(*n.exchanges(), *n.queues()),
+        ),
+        "delivery": Permissions(
+            configure=_exactly(t.events_exchange, *deliveries),
+            write=_exactly(*deliveries),
+            read=_exactly(t.events_exchange, *deliveries),
         ),
     }
 

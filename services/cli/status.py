@@ -16,7 +16,7 @@ import psycopg
 from services.core import durations, retention, slots
 from services.core.amqp import parameters
 from services.core.settings import Settings
-from services.core.topology import Topology
+from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 
 
 @dataclass(frozen=True)
@@ -75,22 +75,41 @@ def tables_status(settings: Settings) -> TablesStatus:
     return TablesStatus(found.outbox_rows, found.outbox_bytes, found.processed_rows, found.processed_bytes, oldest)
 
 
+def _watched(topology: Topology) -> list[tuple[str, tuple[str, ...], str]]:
+    """(shown name, queues summed into it, who declares them) of every line: the fan-out queues, the notifier's,
+    then per delivery channel its work queue, its retry queues as one line, its dead queue."""
+    lines: list[tuple[str, tuple[str, ...], str]] = [(q, (q,), "start a worker") for q in topology.queues()]
+    lines += [(q, (q,), "start `walfeed notifier`") for q in topology.notifier.queues()]
+    for channel in DELIVERY_CHANNELS:
+        hint = f"start `walfeed deliver --channel {channel}`"
+        retries = tuple(topology.delivery_retry_queue(channel, d) for d in DELIVERY_RETRY_DELAYS_MS)
+        lines += [(topology.delivery_queue(channel), (topology.delivery_queue(channel),), hint),
+                  (f"{topology.delivery_queue(channel)}.retry.*", retries, hint),
+                  (topology.delivery_dead_queue(channel), (topology.delivery_dead_queue(channel),), hint)]
+    return lines
+
+
 def queue_status(settings: Settings) -> list[QueueStatus]:
-    topology = Topology(settings.amqp_prefix)
+    watched = _watched(Topology(settings.amqp_prefix))
     try:
         conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-status"))
     except pika.exceptions.AMQPError as exc:
-        return [QueueStatus(q, None, None, error=f"broker unreachable: {exc!r}") for q in topology.queues()]
+        return [QueueStatus(name, None, None, error=f"broker unreachable: {exc!r}") for name, _, _ in watched]
     result = []
     try:
-        for queue in topology.queues():
-            channel = conn.channel()  # a failed passive declare closes the channel: one per queue
-            try:
-                ok = channel.queue_declare(queue, passive=True).method
-                result.append(QueueStatus(queue, ok.message_count, ok.consumer_count))
-                channel.close()
-            except pika.exceptions.ChannelClosedByBroker:
-                result.append(QueueStatus(queue, None, None, error="not declared yet (start a worker)"))
+        for name, queues, hint in watched:
+            messages = consumers = 0
+            for queue in queues:
+                channel = conn.channel()  # a failed passive declare closes the channel: one per queue
+                try:
+                    ok = channel.queue_declare(queue, passive=True).method
+                    messages, consumers = messages + ok.message_count, consumers + ok.consumer_count
+                    channel.close()
+                except pika.exceptions.ChannelClosedByBroker:
+                    result.append(QueueStatus(name, None, None, error=f"not declared yet ({hint})"))
+                    break
+            else:
+                result.append(QueueStatus(name, messages, consumers))
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             conn.close()
@@ -137,10 +156,10 @@ def render(slot: SlotStatus, queues: list[QueueStatus], tables: TablesStatus | N
     lines.append("QUEUES")
     for q in queues:
         if q.error:
-            lines.append(f"  {q.name:<40} {q.error}")
+            lines.append(f"  {q.name:<44} {q.error}")
         else:
             warn = "  <- dead letters: inspect them" if q.name.endswith(".dead") and q.messages else ""
-            lines.append(f"  {q.name:<40} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
+            lines.append(f"  {q.name:<44} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
     if tables is not None:
         lines += render_tables(tables, now or datetime.now(UTC))
     return "\n".join(lines)

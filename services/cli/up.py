@@ -1,11 +1,12 @@
 """`walfeed up`: the whole system on one terminal, for local development.
 
 Checks the infrastructure, runs `walfeed bootstrap-roles` (roles, schema, grants, slot, broker users: it needs the
-admin rights that command needs), then runs api, relay and worker as child processes, each connected as its own
-role, with their output interleaved behind the process name. A role password not set in the environment
-(WALFEED_*_DB_PASSWORD, WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap.
-Ctrl-C (or SIGTERM) stops all of them; if one dies on its own, the others are stopped too and its exit code is
-returned, so a broken set-up is never hidden.
+admin rights that command needs), then runs api, relay, worker, notifier and the webhook delivery worker (and the
+email one when WALFEED_SMTP_URL is set) as child processes, each connected as its own role, with their output
+interleaved behind the process name. A role password not set in the environment (WALFEED_*_DB_PASSWORD,
+WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap. Ctrl-C (or SIGTERM) stops all of
+them; if one dies on its own, the others are stopped too and its exit code is returned, so a broken set-up is never
+hidden.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
     commands = {"api": ["api", "--host", host, "--port", str(port)], "relay": ["relay"]}
     for i in range(1, workers + 1):
         commands[f"worker{i}" if workers > 1 else "worker"] = ["worker"]
-    envs = {name: process_environ(environ, settings.database_url, settings.amqp_url, roles, args[0])
+    commands["notifier"] = ["notifier"]
+    for channel in ("webhook", "email") if environ.get("WALFEED_SMTP_URL") else ("webhook",):
+        commands[f"deliver-{channel}"] = ["deliver", "--channel", channel]
+    envs = {name: process_environ(environ, settings.database_url, settings.amqp_url, roles, _role(args[0]))
             for name, args in commands.items()}
     width = max(map(len, commands))
     children: dict[str, subprocess.Popen[str]] = {}
@@ -68,6 +72,8 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
         label = f"{COLORS[n % len(COLORS)]}{name:<{width}}{RESET}" if color else f"{name:<{width}}"
         threading.Thread(target=_pump, args=(label, child.stdout), daemon=True).start()
     print(f"walfeed up: api on http://{host}:{port}  (Ctrl-C stops everything)", flush=True)
+    if "deliver-email" not in commands:
+        print("walfeed up: no email delivery (set WALFEED_SMTP_URL to start it)", flush=True)
 
     failed: tuple[str, int] | None = None
     while not stopping.is_set() and failed is None:
@@ -82,6 +88,10 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
         print(f"walfeed up: {failed[0]} exited with code {failed[1]}; stopping the others", file=sys.stderr)
     _stop_all(children)
     return (failed[1] or 1) if failed else 0
+
+
+def _role(command: str) -> str:
+    return "delivery" if command == "deliver" else command
 
 
 def _pump(label: str, stream: IO[str] | None) -> None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pika
 import pika.exceptions
 
 from services.core import backoff
-from services.core.topology import Topology
+from services.core.topology import DELIVERY_CHANNELS, Topology
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +71,52 @@ EVENTS_EXCHANGE: Final[dict[str, Any]] = {"exchange_type": "topic", "durable": T
 
 def declare_events_exchange(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
     channel.exchange_declare(topology.events_exchange, **EVENTS_EXCHANGE)
+
+
+PRECONDITION_FAILED: Final = 406  # AMQP reply code of a redeclaration with other arguments
+_RECONNECT_PAUSE: Final = 1.0  # seconds after a lost connection before connecting again (connect itself backs off)
+
+
+class ConsumerSession(Protocol):
+    def run(self) -> None: ...
+
+    def abandon(self) -> None: ...
+
+
+def consume(url: str, name: str, stopping: threading.Event,
+            session: Callable[[pika.BlockingConnection], ConsumerSession], mismatch: str) -> int:
+    """Run consumer sessions, connecting again after each lost connection, until `stopping` is set: 0. A queue
+    that exists with other arguments than the session declares is logged with `mismatch` (what to do): 2."""
+    while not stopping.is_set():
+        conn = connect_with_retry(url, name=name, should_stop=stopping.is_set)
+        if conn is None:
+            break
+        current = session(conn)
+        try:
+            current.run()
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != PRECONDITION_FAILED:
+                raise
+            log.error(mismatch, extra={"error": exc.reply_text})
+            return 2
+        except pika.exceptions.AMQPError as exc:
+            log.warning("broker connection lost, reconnecting", extra={"error": repr(exc)})
+            current.abandon()
+            stopping.wait(_RECONNECT_PAUSE)
+        finally:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                if conn.is_open:
+                    conn.close()
+    return 0
+
+
+def declare_delivery_queues(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
+    """The work queue of each delivery channel, bound to its event type (docs/amqp.md). Declared by the notifier,
+    which writes the delivery events, as well as by the delivery worker, which consumes them: the relay publishes
+    `mandatory` and holds its WAL position while an event is unroutable (ADR 0012), so these queues must exist
+    before the first delivery event, whichever process starts first. Both declare them the same way, here."""
+    declare_events_exchange(channel, topology)
+    for name in DELIVERY_CHANNELS:
+        queue = topology.delivery_queue(name)
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, topology.events_exchange, routing_key=topology.delivery_binding(name))

@@ -3,7 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
+
+# Notification delivery channels: one work queue each, `{prefix}.deliveries.{channel}`, bound to `delivery.{channel}`.
+DELIVERY_CHANNELS: Final = ("webhook", "email")
+
+# The delivery retry queues' delays, one queue per delay with that queue-level TTL, so a queue's head always expires
+# first (no head-of-line blocking). A wait of any length is a chain of hops, the longest delay that fits first:
+# 128 ms to 2**27 ms (37 h), at most 21 hops (docs/adr/0081).
+DELIVERY_RETRY_DELAYS_MS: Final = tuple(1 << k for k in range(7, 28))
+
+@dataclass(frozen=True, slots=True)
+class ConsumerQueues:
+    """One consumer of the events exchange (docs/adr/0020): its work queue and bindings, its retry and dead
+    queues, and the direct exchange it republishes through (retry copies, dead letters, expired retries back)."""
+
+    events_exchange: str
+    queue: str
+    bindings: tuple[str, ...]
+    retry_queue: str
+    dead_queue: str
+    settle_exchange: str
+
+    def queues(self) -> tuple[str, ...]:
+        return (self.queue, self.retry_queue, self.dead_queue)
+
+    def exchanges(self) -> tuple[str, ...]:
+        return (self.events_exchange, self.settle_exchange)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +76,61 @@ class Topology:
     def dead_letter_queues(self) -> tuple[DeadLetterQueue, ...]:
         """Every dead queue walfeed declares, for `walfeed dead` (docs/operations.md). A consumer with a dead queue
         adds its line here."""
+        notifier = self.notifier
         return (
             DeadLetterQueue(self.dead_queue, self.fanout_queue, self.settle_exchange, self.fanout_queue),
+            DeadLetterQueue(notifier.dead_queue, notifier.queue, notifier.settle_exchange, notifier.queue),
         )
 
     def queues(self) -> tuple[str, ...]:
+        """The fan-out worker's queues."""
         return (self.fanout_queue, self.retry_queue, self.dead_queue)
 
     def exchanges(self) -> tuple[str, ...]:
+        """The exchanges the fan-out worker declares."""
         return (self.events_exchange, self.settle_exchange)
+
+    @property
+    def fanout(self) -> ConsumerQueues:
+        return ConsumerQueues(self.events_exchange, self.fanout_queue, self.fanout_bindings, self.retry_queue,
+                              self.dead_queue, self.settle_exchange)
+
+    @property
+    def notifier(self) -> ConsumerQueues:
+        """The notifier's queues (docs/notifications.md): the same events as the fan-out, on a queue of its own so
+        that it never slows the fan-out down."""
+        base = f"{self.prefix}.notifier"
+        return ConsumerQueues(self.events_exchange, base, ("post.*", "follow.*"), f"{base}.retry", f"{base}.dead",
+                              f"{base}.settle")
+
+    # Notification delivery (docs/amqp.md, docs/adr/0081).
+
+    @staticmethod
+    def delivery_binding(channel: str) -> str:
+        """The routing key (event type) of a channel's deliveries on the events exchange."""
+        return f"delivery.{channel}"
+
+    def delivery_queue(self, channel: str) -> str:
+        return f"{self.prefix}.deliveries.{channel}"
+
+    def delivery_retry_queue(self, channel: str, delay_ms: int) -> str:
+        """The retry queue holding each message `delay_ms` (one of DELIVERY_RETRY_DELAYS_MS), then back to the
+        channel's queue."""
+        return f"{self.prefix}.deliveries.{channel}.retry.{delay_ms}ms"
+
+    def delivery_dead_queue(self, channel: str) -> str:
+        return f"{self.prefix}.deliveries.{channel}.dead"
+
+    @property
+    def delivery_settle_exchange(self) -> str:
+        """Direct exchange of the delivery workers' own republishing (retry hops, dead letters, expired retries back
+        to the work queue), routed by queue name, as the fan-out worker's settle exchange (docs/adr/0060)."""
+        return f"{self.prefix}.deliveries.settle"
+
+    def delivery_queues(self, channel: str) -> tuple[str, ...]:
+        """A channel's queues: work, retries (shortest first), dead."""
+        retries = tuple(self.delivery_retry_queue(channel, d) for d in DELIVERY_RETRY_DELAYS_MS)
+        return (self.delivery_queue(channel), *retries, self.delivery_dead_queue(channel))
+
+    def all_delivery_queues(self) -> tuple[str, ...]:
+        return tuple(q for channel in DELIVERY_CHANNELS for q in self.delivery_queues(channel))

@@ -1,4 +1,5 @@
-"""RabbitMQ adapter of the worker: topology declaration and settling a delivery (retry copy, dead letter, ack)."""
+"""RabbitMQ adapter of a consumer of the events exchange (the fan-out worker, the notifier): its queues'
+declaration and settling a delivery (retry copy, dead letter, ack)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Final
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from services.core.amqp import declare_events_exchange
-from services.core.topology import Topology
+from services.core.amqp import EVENTS_EXCHANGE
+from services.core.topology import ConsumerQueues
 from services.worker import policy
 
 # Dead letters kept before the dead queue refuses more (reject-publish: the worker's confirm is a nack, and it parks
@@ -22,22 +23,22 @@ def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH) -> dict[str, object]
     return {"x-max-length": max_length, "x-overflow": "reject-publish"}
 
 
-def declare(channel: BlockingChannel, topology: Topology, dead_max_length: int = DEAD_MAX_LENGTH) -> None:
-    """The fan-out queues (docs/adr/0020) and the worker's settle exchange. Durable; the retry queue dead-letters
-    expired copies back to fanout; the dead queue is bounded and refuses publishes when full (never drops what it
+def declare(channel: BlockingChannel, queues: ConsumerQueues, dead_max_length: int = DEAD_MAX_LENGTH) -> None:
+    """A consumer's queues (docs/adr/0020) and its settle exchange. Durable; the retry queue dead-letters expired
+    copies back to the work queue; the dead queue is bounded and refuses publishes when full (never drops what it
     holds)."""
-    declare_events_exchange(channel, topology)
-    channel.exchange_declare(topology.settle_exchange, exchange_type="direct", durable=True)
-    channel.queue_declare(topology.fanout_queue, durable=True)
-    for key in topology.fanout_bindings:
-        channel.queue_bind(topology.fanout_queue, topology.events_exchange, routing_key=key)
-    channel.queue_declare(topology.retry_queue, durable=True, arguments={
-        "x-dead-letter-exchange": topology.settle_exchange,
-        "x-dead-letter-routing-key": topology.fanout_queue,
+    channel.exchange_declare(queues.events_exchange, **EVENTS_EXCHANGE)
+    channel.exchange_declare(queues.settle_exchange, exchange_type="direct", durable=True)
+    channel.queue_declare(queues.queue, durable=True)
+    for key in queues.bindings:
+        channel.queue_bind(queues.queue, queues.events_exchange, routing_key=key)
+    channel.queue_declare(queues.retry_queue, durable=True, arguments={
+        "x-dead-letter-exchange": queues.settle_exchange,
+        "x-dead-letter-routing-key": queues.queue,
     })
-    channel.queue_declare(topology.dead_queue, durable=True, arguments=dead_queue_arguments(dead_max_length))
-    for queue in topology.queues():
-        channel.queue_bind(queue, topology.settle_exchange, routing_key=queue)
+    channel.queue_declare(queues.dead_queue, durable=True, arguments=dead_queue_arguments(dead_max_length))
+    for queue in queues.queues():
+        channel.queue_bind(queue, queues.settle_exchange, routing_key=queue)
 
 
 def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
@@ -48,23 +49,23 @@ def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
         expiration=expiration)
 
 
-def park(publisher: BlockingChannel, topology: Topology, dead: policy.Dead, delay_ms: int, body: bytes,
+def park(publisher: BlockingChannel, queues: ConsumerQueues, dead: policy.Dead, delay_ms: int, body: bytes,
          props: pika.BasicProperties) -> None:
     """The dead queue is full: the message waits `delay_ms` in the retry queue and comes back, dead again."""
-    publish_outcome(publisher, topology, policy.Retry(dead.attempts, delay_ms, f"dead queue full: {dead.reason}"),
+    publish_outcome(publisher, queues, policy.Retry(dead.attempts, delay_ms, f"dead queue full: {dead.reason}"),
                     body, props)
 
 
-def publish_outcome(publisher: BlockingChannel, topology: Topology, outcome: policy.Retry | policy.Dead,
+def publish_outcome(publisher: BlockingChannel, queues: ConsumerQueues, outcome: policy.Retry | policy.Dead,
                     body: bytes, props: pika.BasicProperties) -> None:
     """Publish the retry copy or the dead letter on a confirming channel; raises if the broker did not take it."""
     if isinstance(outcome, policy.Retry):
         headers = policy.copy_headers(props.headers, **{policy.ATTEMPT_HEADER: outcome.attempt,
                                                         policy.REASON_HEADER: outcome.reason})
-        queue, out = topology.retry_queue, _copy_properties(props, headers, str(outcome.delay_ms))
+        queue, out = queues.retry_queue, _copy_properties(props, headers, str(outcome.delay_ms))
     else:
         headers = policy.copy_headers(props.headers, **{policy.REASON_HEADER: outcome.reason,
                                                         policy.ATTEMPTS_HEADER: outcome.attempts,
                                                         policy.DEAD_AT_HEADER: int(time.time())})
-        queue, out = topology.dead_queue, _copy_properties(props, headers)
-    publisher.basic_publish(topology.settle_exchange, queue, body, out, mandatory=True)
+        queue, out = queues.dead_queue, _copy_properties(props, headers)
+    publisher.basic_publish(queues.settle_exchange, queue, body, out, mandatory=True)

@@ -37,30 +37,33 @@ class WorkerSettings:
     metrics_host: str
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, prefix: str = "WALFEED_WORKER",
+                 batch_size: int = 500, metrics_port: int = 9102, large: bool = True) -> WorkerSettings:
+        """The settings of a consumer process: the fan-out worker's (`WALFEED_WORKER_*`), or another's under its
+        own `prefix` with its own defaults (the notifier's, services/notifier/config.py). `large`: whether the process
+        fans out large audiences on threads of their own (only the fan-out worker does)."""
         env = Env(environ)
-        concurrency = env.int("WALFEED_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
-        batch_size = env.int("WALFEED_WORKER_BATCH_SIZE", 500, minimum=1, maximum=5000)
+        concurrency = env.int(f"{prefix}_CONCURRENCY", 2, minimum=1, maximum=64)
+        batch = env.int(f"{prefix}_BATCH_SIZE", batch_size, minimum=1, maximum=5000)
         # One batch waiting for each thread while the threads work: the next batch is ready when one finishes.
-        prefetch = env.int("WALFEED_WORKER_PREFETCH", min(65_535, batch_size * (concurrency + 1)),
-                           minimum=1, maximum=65_535)
+        prefetch = env.int(f"{prefix}_PREFETCH", min(65_535, batch * (concurrency + 1)), minimum=1, maximum=65_535)
         if prefetch < concurrency:
             raise SettingsError(
-                f"WALFEED_WORKER_PREFETCH={prefetch} is below WALFEED_WORKER_CONCURRENCY={concurrency}: "
+                f"{prefix}_PREFETCH={prefetch} is below {prefix}_CONCURRENCY={concurrency}: "
                 "threads would idle; raise the prefetch or lower the concurrency")
-        base = env.float("WALFEED_WORKER_RETRY_BASE", 0.5, minimum=0.001, maximum=3600.0)
-        cap = env.float("WALFEED_WORKER_RETRY_CAP", 60.0, minimum=0.001, maximum=86_400.0)
+        base = env.float(f"{prefix}_RETRY_BASE", 0.5, minimum=0.001, maximum=3600.0)
+        cap = env.float(f"{prefix}_RETRY_CAP", 60.0, minimum=0.001, maximum=86_400.0)
         if cap < base:
-            raise SettingsError(f"WALFEED_WORKER_RETRY_CAP={cap} is below WALFEED_WORKER_RETRY_BASE={base}")
+            raise SettingsError(f"{prefix}_RETRY_CAP={cap} is below {prefix}_RETRY_BASE={base}")
         return cls(
             concurrency=concurrency,
-            batch_size=batch_size,
-            large_concurrency=env.int("WALFEED_WORKER_LARGE_CONCURRENCY", 1, minimum=1, maximum=64),
+            batch_size=batch,
+            large_concurrency=env.int(f"{prefix}_LARGE_CONCURRENCY", 1, minimum=1, maximum=64) if large else 0,
             prefetch=prefetch,
-            max_attempts=env.int("WALFEED_WORKER_MAX_ATTEMPTS", 8, minimum=1, maximum=100),
+            max_attempts=env.int(f"{prefix}_MAX_ATTEMPTS", 8, minimum=1, maximum=100),
             retry_base=base,
             retry_cap=cap,
-            dead_max_length=env.int("WALFEED_WORKER_DEAD_MAX_LENGTH", DEAD_MAX_LENGTH, minimum=1, maximum=100_000_000),
-            metrics_port=env.int("WALFEED_WORKER_METRICS_PORT", 9102, minimum=0, maximum=65_535),
-            metrics_host=env.str("WALFEED_WORKER_METRICS_HOST", "127.0.0.1", METRICS_HOST),
+            dead_max_length=env.int(f"{prefix}_DEAD_MAX_LENGTH", DEAD_MAX_LENGTH, minimum=1, maximum=100_000_000),
+            metrics_port=env.int(f"{prefix}_METRICS_PORT", metrics_port, minimum=0, maximum=65_535),
+            metrics_host=env.str(f"{prefix}_METRICS_HOST", "127.0.0.1", METRICS_HOST),
         )

@@ -1,4 +1,5 @@
-"""Consume the fan-out queue on one broker connection: batches on a pool of threads, large fan-outs on another.
+"""Consume a queue of the events exchange (the fan-out's, or the notifier's) on one broker connection: batches on
+a pool of threads, large fan-outs on another.
 
 pika's BlockingConnection is not thread-safe and only services heartbeats while this thread runs its I/O loop, so
 the database work runs in other threads and every channel operation (publish, ack, nack) is handed back to the
@@ -27,7 +28,7 @@ from pika.spec import Basic
 
 from services.core import sdnotify, tracecontext, tracing
 from services.core.events import Event
-from services.core.topology import Topology
+from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
 from services.worker.processing import Message, Result
 
@@ -74,12 +75,12 @@ class Session:
     returned; it raises pika's errors when the connection is lost (the caller reconnects). main.run hands it a
     connection and thread pools; unit tests hand it services/worker/testing.py's stand-ins."""
 
-    def __init__(self, connection: pika.BlockingConnection, topology: Topology, processor: Work,
+    def __init__(self, connection: pika.BlockingConnection, queues: ConsumerQueues, processor: Work,
                  batches: Executor, large: Executor, limits: Limits,
                  stopping: threading.Event, traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._conn = connection
         self._traces = traces  # a process span per batch when tracing (docs/adr/0072)
-        self._topology = topology
+        self._queues = queues
         self._processor = processor
         self._batches = batches
         self._large = large
@@ -94,15 +95,15 @@ class Session:
 
     def run(self) -> None:
         channel = self._conn.channel()
-        broker.declare(channel, self._topology, self._limits.dead_max_length)
+        broker.declare(channel, self._queues, self._limits.dead_max_length)
         channel.basic_qos(prefetch_count=self._limits.prefetch)
         publisher = self._conn.channel()
         publisher.confirm_delivery()
         on_message = functools.partial(self._on_message, publisher)
-        tag = channel.basic_consume(self._topology.fanout_queue, on_message, auto_ack=False)
-        log.info("consuming", extra={"queue": self._topology.fanout_queue, "prefetch": self._limits.prefetch,
+        tag = channel.basic_consume(self._queues.queue, on_message, auto_ack=False)
+        log.info("consuming", extra={"queue": self._queues.queue, "prefetch": self._limits.prefetch,
                                      "batch_size": self._limits.batch_size})
-        sdnotify.ready(f"consuming {self._topology.fanout_queue}")
+        sdnotify.ready(f"consuming {self._queues.queue}")
         while not self._stopping.is_set():
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         channel.basic_cancel(tag)  # undispatched deliveries are returned to the queue by pika
@@ -137,7 +138,7 @@ class Session:
             results = [_returned(d) for d in batch]
         if self._traces.enabled:
             received = [d.received(r) for d, r in zip(batch, results, strict=True)]
-            self._traces.processed(self._topology.fanout_queue, received, started, time.monotonic())
+            self._traces.processed(self._queues.queue, received, started, time.monotonic())
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
 
     def _process_large(self, channel: BlockingChannel, publisher: BlockingChannel, held: list[Delivery],
@@ -152,7 +153,7 @@ class Session:
                           extra={"event_id": result.event_id, "trace_id": tracecontext.trace_id(held[0].props.headers)})
             done = _returned(held[0])
         if self._traces.enabled:
-            self._traces.processed(self._topology.fanout_queue, [held[0].received(done)], started, time.monotonic())
+            self._traces.processed(self._queues.queue, [held[0].received(done)], started, time.monotonic())
         self._hand_back(functools.partial(self._settle, channel, publisher, held, [done]))
 
     def _hand_back(self, settle: functools.partial[None]) -> None:
@@ -200,7 +201,7 @@ class Session:
         if not isinstance(outcome, policy.Retry | policy.Dead):
             return True
         try:
-            broker.publish_outcome(publisher, self._topology, outcome, delivery.body, delivery.props)
+            broker.publish_outcome(publisher, self._queues, outcome, delivery.body, delivery.props)
         except pika.exceptions.NackError as exc:
             if not isinstance(outcome, policy.Dead):
                 log.error("retry publish refused, requeueing", extra={**context, "error": repr(exc)})
@@ -224,7 +225,7 @@ class Session:
                   extra={**context, "reason": dead.reason, "delay_ms": self._limits.park_ms})
         metrics.DEAD_QUEUE_FULL.inc()
         try:
-            broker.park(publisher, self._topology, dead, self._limits.park_ms, delivery.body, delivery.props)
+            broker.park(publisher, self._queues, dead, self._limits.park_ms, delivery.body, delivery.props)
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
             log.error("parking refused, requeueing", extra={**context, "error": repr(exc)})
             return False

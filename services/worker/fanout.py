@@ -66,16 +66,7 @@ class Effects:
         """Apply a batch in one transaction. Per event: a label of what was done (decide.LARGE: the audience is
         still to be fanned out by `fan_out_large`), or the failure of that event alone. Raises if the transaction
         fails: nothing of the batch was applied."""
-        unique = decide.distinct(events)
-        if not unique:
-            return {}
-        try:
-            with self._pool.connection() as conn:
-                return self._apply(conn, unique)
-        except psycopg.OperationalError as exc:
-            if unavailable(exc):
-                raise policy.Unavailable(policy.reason_text(exc)) from exc
-            raise
+        return apply_batch(self._pool, events, self._apply)
 
     def _apply(self, conn: Conn, unique: list[ev.Event]) -> dict[ev.Event, Applied]:
         """In pipeline mode: the locks and lookups go in one round trip, the effects and the commit in another (a
@@ -247,6 +238,22 @@ def unavailable(exc: psycopg.OperationalError) -> bool:
     statement timeout (57014) is not: the batch may hold the event that caused it."""
     state = exc.sqlstate
     return state is None or state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_CODES
+
+
+def apply_batch(pool: ConnectionPool, events: Iterable[ev.Event],
+                apply: Callable[[Conn, list[ev.Event]], dict[ev.Event, Applied]]) -> dict[ev.Event, Applied]:
+    """`apply` on the distinct events of a batch with a pooled connection (the notifier's effects too). A failure
+    of the database itself (`unavailable`) becomes policy.Unavailable: no message of the batch is to blame."""
+    unique = decide.distinct(events)
+    if not unique:
+        return {}
+    try:
+        with pool.connection() as conn:
+            return apply(conn, unique)
+    except psycopg.OperationalError as exc:
+        if unavailable(exc):
+            raise policy.Unavailable(policy.reason_text(exc)) from exc
+        raise
 
 
 def trim(conn: Conn, user_ids: list[int], cap: int) -> int:

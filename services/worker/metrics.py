@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
 
 from services.worker import policy
 from services.worker.processing import Result
@@ -26,16 +26,6 @@ DELAY = Histogram("walfeed_worker_event_delay_seconds", "From the event's occurr
                   ["type"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied together in one batch transaction",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
-
-
-def serve(port: int, host: str) -> None:
-    if port == 0:
-        return
-    try:
-        start_http_server(port, addr=host)
-        log.info("metrics listening", extra={"host": host, "port": port})
-    except OSError as exc:
-        log.warning("metrics endpoint unavailable", extra={"host": host, "port": port, "error": repr(exc)})
 
 
 def observe(result: Result) -> None:

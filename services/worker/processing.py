@@ -39,7 +39,8 @@ class Result:
 
 
 class Processor:
-    def __init__(self, apply: Apply, fan_out_large: FanOutLarge, retry: policy.RetryPolicy) -> None:
+    def __init__(self, apply: Apply, fan_out_large: FanOutLarge | None, retry: policy.RetryPolicy) -> None:
+        """`fan_out_large`: None for a consumer whose `apply` never answers decide.LARGE (the notifier)."""
         self._apply = apply
         self._fan_out_large = fan_out_large
         self._retry = retry
@@ -63,6 +64,7 @@ class Processor:
 
     def large(self, message: Message, event: Event) -> Result:
         """The continuation of a Large outcome: the post's audience in chunks, on a large fan-out thread."""
+        assert self._fan_out_large is not None, "a LARGE outcome from a consumer without large fan-outs"
         started = time.monotonic()
         attempt = policy.attempt_of(message.headers)
         trace_id = tracecontext.trace_id(message.headers)

@@ -1,5 +1,5 @@
-"""The relay's and the worker's /metrics are unauthenticated: by default they listen on the loopback interface
-only, and WALFEED_{RELAY,WORKER}_METRICS_HOST moves them (docs/adr/0060)."""
+"""The relay's, the worker's and the delivery worker's /metrics are unauthenticated: by default they listen on the
+loopback interface only, and WALFEED_{RELAY,WORKER,DELIVERY}_METRICS_HOST moves them (docs/adr/0060)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("process", ["relay", "worker"])
+@pytest.mark.parametrize("process", ["relay", "worker", "delivery"])
 @pytest.mark.parametrize(("host", "expected"), [(None, {"127.0.0.1"}), ("0.0.0.0", {"0.0.0.0"})])
 def test_metrics_listen_on_loopback_unless_told_otherwise(
         processes: Processes, process: str, host: str | None, expected: set[str]) -> None:
@@ -45,6 +45,7 @@ def test_metrics_listen_on_loopback_unless_told_otherwise(
     env = {f"{prefix}_PORT": str(port)}
     if host is not None:
         env[f"{prefix}_HOST"] = host
-    proc = processes.start(process, process, env=env)
+    args = ["deliver", "--channel", "webhook"] if process == "delivery" else [process]
+    proc = processes.start(process, *args, env=env)
     assert eventually(lambda: listening_addresses(port), timeout=30, what=f"{process} metrics listening",
                       ) == expected, proc.log()

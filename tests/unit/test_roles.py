@@ -78,6 +78,18 @@ def test_amqp_permissions_cover_exactly_each_process_names() -> None:
     assert [n for n in everything if _allows(worker.read, n)] == own
 
 
+def test_the_delivery_user_may_use_only_its_queues_and_settle_exchange() -> None:
+    t = Topology("wf")
+    delivery = amqp_permissions(t)["delivery"]
+    own = [t.delivery_settle_exchange, *t.all_delivery_queues()]
+    others = ["wf.fanout", "wf.fanout.settle", "wf.fanout.dead", "amq.default", "wf.deliveries.webhookX",
+              "wf.deliveries.webhook.retry.100ms", "other.deliveries.webhook"]
+    assert all(_allows(delivery.write, n) and _allows(delivery.read, n) and _allows(delivery.configure, n)
+               for n in own)
+    assert not any(_allows(p, n) for p in (delivery.write, delivery.read, delivery.configure) for n in others)
+    assert not _allows(delivery.write, "wf.events") and _allows(delivery.read, "wf.events")
+
+
 def test_each_process_gets_its_own_credentials_and_none_of_the_bootstrap_secrets() -> None:
     roles = RoleSettings.from_env({**PASSWORDS, "WALFEED_ROLE_PREFIX": "acme"})
     environ = {**PASSWORDS, "WALFEED_RABBITMQ_MANAGEMENT_URL": "http://admin:s3cret@mq:15672", "KEEP": "1"}

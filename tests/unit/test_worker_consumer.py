@@ -61,7 +61,7 @@ class Worker:
         self.processor = Recording(Processor(self.effects.apply, self.effects.fan_out_large,
                                              policy.RetryPolicy(max_attempts, 0.1, 1.0)))
         self.limits = Limits(batch_size, batches, prefetch, park_ms=5000, dead_max_length=dead_max_length)
-        broker.declare(StubConnection(self.broker).channel(), TOPOLOGY, dead_max_length)
+        broker.declare(StubConnection(self.broker).channel(), TOPOLOGY.fanout, dead_max_length)
         self.conn = StubConnection(self.broker)
 
     def publish(self, *events: ev.Event) -> None:
@@ -82,7 +82,7 @@ class Worker:
                 steps.popleft()()
 
         self.conn = StubConnection(self.broker, [self.batches, self.large], on_idle)
-        return Session(self.conn, TOPOLOGY, self.processor, self.batches, self.large, self.limits, self.stopping)
+        return Session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits, self.stopping)
 
     def run(self, then: Sequence[Callable[[], None]] = ()) -> StubChannel:
         self.session(then).run()
@@ -234,7 +234,7 @@ def test_a_lost_connection_leaves_the_batch_to_the_broker_which_delivers_it_agai
 def test_declaring_over_a_queue_with_other_arguments_fails_as_rabbitmq_does() -> None:
     w = Worker(dead_max_length=10)
     other = Limits(10, 1, 100, dead_max_length=20)
-    session = Session(StubConnection(w.broker), TOPOLOGY, w.processor, w.batches, w.large, other, w.stopping)
+    session = Session(StubConnection(w.broker), TOPOLOGY.fanout, w.processor, w.batches, w.large, other, w.stopping)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failure:
         session.run()
     assert failure.value.reply_code == 406

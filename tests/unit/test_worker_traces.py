@@ -30,7 +30,7 @@ class TracedWorker(Worker):
 
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         super().session(then)  # the stub connection, with its idle steps
-        return Session(self.conn, TOPOLOGY, self.processor, self.batches, self.large, self.limits, self.stopping,
+        return Session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits, self.stopping,
                        self.traces)
 
     def publish_traced(self, body: bytes, message_id: str, trace: str | None) -> None:

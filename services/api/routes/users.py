@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from services.api import ratelimit, store, tokens
 from services.api.deps import Token, database, session, throttle, write_session
-from services.api.models import CreatedUser, NewToken, NewUser, User
+from services.api.models import CreatedUser, Me, MeUpdate, NewToken, NewUser, User
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid, outbox_trace
 from services.core.feed import MAX_FOLLOWING
@@ -48,6 +48,23 @@ async def revoke_token(token: Token, request: Request) -> Response:
         await store.set_token(db, me, tokens.unusable_hash())
     request.app.state.token_cache.forget_user(me)
     return Response(status_code=204)
+
+
+@router.get("/users/me", response_model=Me, tags=["users"], responses=AUTH)
+async def get_me(token: Token, request: Request) -> Me:
+    """The caller's own account, with its notification mail settings."""
+    async with session(request, token) as (db, me):
+        return Me(**await store.get_me(db, me))
+
+
+@router.patch("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BODY, **LIMITED})
+async def update_me(update: MeUpdate, token: Token, request: Request) -> Me:
+    """Set where notification mail goes (`email`, null: nowhere) and which kinds are mailed (`email_kinds`); a
+    field left out is left as it is."""
+    async with write_session(request, token) as (db, me):
+        row = await store.update_me(db, me, set_email="email" in update.model_fields_set, email=update.email,
+                                    kinds=update.email_kinds)
+    return Me(**row)
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})

@@ -43,7 +43,7 @@ def channel(infra: Infra, topology: Topology) -> Iterator[BlockingChannel]:
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     try:
         ch = conn.channel()
-        broker.declare(ch, topology)
+        broker.declare(ch, topology.fanout)
         ch.confirm_delivery()
         yield ch
     finally:

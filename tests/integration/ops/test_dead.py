@@ -31,7 +31,7 @@ def _letter(channel: BlockingChannel, topology: Topology, event_type: str, reaso
     props = pika.BasicProperties(message_id=str(event.id), type=event_type, content_type="application/json",
                                  timestamp=1767225600, delivery_mode=2,
                                  headers={policy.ATTEMPT_HEADER: attempts})
-    broker.publish_outcome(channel, topology, policy.Dead(reason, attempts), encode(event), props)
+    broker.publish_outcome(channel, topology.fanout, policy.Dead(reason, attempts), encode(event), props)
     return str(event.id)
 
 

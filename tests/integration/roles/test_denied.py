@@ -12,6 +12,7 @@ import pytest
 
 from services.cli.roles import RoleSettings
 from services.core import retention_sql, slots
+from services.core.amqp import declare_delivery_queues
 from services.core.topology import Topology
 from services.worker import broker
 from testkit.infra import Infra
@@ -28,6 +29,9 @@ DENIED: dict[str, list[LiteralString]] = {
         "SELECT * FROM processed_events",
         "SELECT * FROM outbox",
         "CREATE TABLE mine (x int)",
+        "UPDATE notifications SET withdrawn_at = now()",
+        "DELETE FROM notifications",
+        "UPDATE deliveries SET last_status_code = 200",
     ],
     "relay": [
         "SELECT * FROM users",
@@ -43,6 +47,29 @@ DENIED: dict[str, list[LiteralString]] = {
         "UPDATE users SET token_hash = 'x'",
         "TRUNCATE timelines",
         "SELECT rolpassword FROM pg_authid",
+        "SELECT * FROM webhooks",
+    ],
+    "notifier": [
+        "SELECT secret FROM webhooks",
+        "SELECT previous_secret FROM webhooks",
+        "SELECT token_hash FROM users",
+        "SELECT * FROM timelines",
+        "UPDATE posts SET body = 'forged'",
+        "DELETE FROM notifications",
+        "UPDATE deliveries SET attempts = 0",
+        "UPDATE webhooks SET disabled_at = now()",
+        "DELETE FROM outbox",
+    ],
+    "delivery": [
+        "UPDATE webhooks SET secret = 'whsec_forged'",
+        "UPDATE webhooks SET url = 'https://attacker.example'",
+        "UPDATE deliveries SET recipient_id = 1",
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+        "VALUES (gen_random_uuid(), 'delivery', '1', 'delivery.webhook', '{}')",
+        "UPDATE users SET email = 'attacker@example.com'",
+        "SELECT * FROM timelines",
+        "DELETE FROM deliveries",
+        "SELECT token_hash FROM users",
     ],
 }
 
@@ -97,6 +124,8 @@ def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEn
         roles.login("api"): (False, False, False, True, False, False, ["statement_timeout=5s"]),
         roles.login("relay"): (False, False, False, True, True, False, ["statement_timeout=30s"]),
         roles.login("worker"): (False, False, False, True, False, False, ["statement_timeout=60s"]),
+        roles.login("notifier"): (False, False, False, True, False, False, ["statement_timeout=30s"]),
+        roles.login("delivery"): (False, False, False, True, False, False, ["statement_timeout=10s"]),
     }
 
 
@@ -108,12 +137,12 @@ def _channel(url: str) -> tuple[pika.BlockingConnection, pika.adapters.blocking_
 def test_the_worker_cannot_publish_events_and_the_relay_cannot_consume(
         role_env: RoleEnv, infra: Infra, topology: Topology) -> None:
     admin, channel = _channel(infra.amqp_url)
-    broker.declare(channel, topology)  # the worker's topology, as the worker declares it
+    broker.declare(channel, topology.fanout)  # the worker's topology, as the worker declares it
     admin.close()
 
     conn, channel = _channel(role_env("worker")["WALFEED_AMQP_URL"])
     try:
-        broker.declare(channel, topology)  # allowed: its own names
+        broker.declare(channel, topology.fanout)  # allowed: its own names
         channel.confirm_delivery()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
             channel.basic_publish(topology.events_exchange, "post.deleted", b"{}")
@@ -135,6 +164,28 @@ def test_the_worker_cannot_publish_events_and_the_relay_cannot_consume(
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
             channel.basic_publish("", topology.fanout_queue, b"{}")  # the default exchange
             channel.queue_declare(topology.fanout_queue, passive=True)  # a round trip: the refusal arrives
+        assert refused.value.reply_code == 403
+    finally:
+        conn.close()
+
+
+def test_the_notifier_declares_its_queues_and_the_delivery_queues_but_cannot_read_deliveries_or_publish(
+        role_env: RoleEnv, topology: Topology) -> None:
+    conn, channel = _channel(role_env("notifier")["WALFEED_AMQP_URL"])
+    try:
+        broker.declare(channel, topology.notifier)  # allowed: its own names
+        declare_delivery_queues(channel, topology)  # allowed: so delivery events are never unroutable
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_consume(topology.delivery_queue("webhook"), lambda *_: None)
+        assert refused.value.reply_code == 403
+        channel = conn.channel()
+        channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_publish(topology.events_exchange, "delivery.webhook", b"{}")
+        assert refused.value.reply_code == 403
+        channel = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_consume(topology.fanout_queue, lambda *_: None)
         assert refused.value.reply_code == 403
     finally:
         conn.close()

@@ -32,11 +32,11 @@ def test_dead_letters_are_replayed_with_the_workers_broker_user_and_pruned_with_
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     try:
         channel = conn.channel()
-        broker.declare(channel, topology)
+        broker.declare(channel, topology.fanout)
         channel.confirm_delivery()
         event = Event(uuid.uuid4(), "post.created", "post", "1", datetime.now(UTC), {"post_id": 1, "author_id": 2})
         props = pika.BasicProperties(message_id=str(event.id), type=event.type, delivery_mode=2)
-        broker.publish_outcome(channel, topology, policy.Dead("malformed: test", 1), encode(event), props)
+        broker.publish_outcome(channel, topology.fanout, policy.Dead("malformed: test", 1), encode(event), props)
 
         worker = role_env("worker")
         listed = _walfeed(worker, "dead", "ls")

@@ -12,6 +12,7 @@ import pytest
 
 from services.cli.roles import RoleSettings
 from services.core.topology import Topology
+from services.delivery import signing
 from testkit.infra import Infra
 from testkit.processes import Processes, free_port
 from testkit.resources import declare_observer
@@ -20,7 +21,7 @@ from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-QUIET = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_WORKER_METRICS_PORT": "0"}
+QUIET = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_NOTIFIER_METRICS_PORT": "0"}
 
 
 def sessions(database_url: str) -> set[str]:
@@ -90,3 +91,53 @@ def _published(database_url: str, event_id: uuid.UUID) -> bool:
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute("SELECT published_at IS NOT NULL FROM outbox WHERE id = %s", (event_id,)).fetchone()
     return bool(row and row[0])
+
+
+def test_the_notifier_notifies_a_mention_and_writes_its_delivery_under_its_role(
+        processes: Processes, role_env: RoleEnv, role_settings: RoleSettings, database_url: str, infra: Infra,
+        topology: Topology) -> None:
+    port = free_port()
+    processes.start("notifier", "notifier", env={**role_env("notifier"), **QUIET})
+    processes.start("relay", "relay", env={**role_env("relay"), **QUIET})
+    processes.start("api", "api", "--port", str(port),
+                    env={**role_env("api"), "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+                         "WALFEED_WEBHOOK_ALLOW_HTTP": "true"})
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=60, what="api ready")
+    with httpx.Client(base_url=base, timeout=10) as api:
+        alice, bob = (api.post("/v1/users", json={"handle": h}).json() for h in ("alice", "bob"))
+        bob_auth = {"Authorization": f"Bearer {bob['token']}"}
+        hook = api.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/hook", "events": ["mention"]},
+                        headers=bob_auth)
+        assert hook.status_code == 201, hook.text
+        api.post("/v1/posts", json={"body": "hi @bob"}, headers={"Authorization": f"Bearer {alice['token']}"})
+        found = eventually(lambda: api.get("/v1/notifications", headers=bob_auth).json()["items"], timeout=60,
+                           what="bob's mention notification")
+        assert [(n["kind"], n["actor_id"]) for n in found] == [("mention", alice["id"])], processes.logs()
+    conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+    try:  # the delivery event went through the relay into the delivery queue the notifier declared
+        body = eventually(lambda: _get(conn.channel(), topology.delivery_queue("webhook")), timeout=60,
+                          what="delivery.webhook event routed")
+    finally:
+        conn.close()
+    assert body is not None and orjson.loads(body)["type"] == "delivery.webhook"
+    assert role_settings.roles.login("notifier") in sessions(database_url)
+
+
+def test_the_delivery_worker_delivers_a_webhook_under_its_role(
+        processes: Processes, role_env: RoleEnv, role_settings: RoleSettings, database_url: str) -> None:
+    from tests.integration.delivery import receiver as receiver_mod
+    from tests.integration.delivery import world
+    from tests.integration.delivery.conftest import DELIVER_ENV
+
+    with receiver_mod.running([signing.generate_secret()]) as receiver, psycopg.connect(database_url) as db:
+        owner = world.user(db, "owner")
+        hook = world.webhook(db, owner, receiver.url("/role"), receiver.secrets[0])
+        processes.start("deliver", "deliver", "--channel", "webhook", env={**role_env("delivery"), **DELIVER_ENV})
+        processes.start("relay", "relay", env={**role_env("relay"), **QUIET})
+        delivery_id = world.notify(db, owner, world.user(db, "actor"), webhook_id=hook, kind="follow")
+        eventually(lambda: world.delivery(db, delivery_id)["status"] == "DELIVERED", timeout=60,
+                   what="delivered under the delivery role")
+        assert receiver.to("/role")[0].verified_by == (0,)
+    roles = role_settings.roles
+    assert roles.login("delivery") in sessions(database_url)

@@ -37,7 +37,7 @@ def channel(infra: Infra, topology: Topology) -> Iterator[pika.adapters.blocking
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     try:
         ch = conn.channel()
-        broker.declare(ch, topology)
+        broker.declare(ch, topology.fanout)
         yield ch
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):

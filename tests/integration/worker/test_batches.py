@@ -121,7 +121,7 @@ def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_
 def test_a_full_dead_queue_refuses_letters_and_the_worker_parks_them_instead_of_losing_them(
         channel: Channel, topology: Topology, processes: Processes) -> None:
     channel.queue_delete(topology.dead_queue)
-    broker.declare(channel, topology, dead_max_length=1)
+    broker.declare(channel, topology.fanout, dead_max_length=1)
     bodies = [b"{not json 1", b"{not json 2"]
     for body in bodies:
         channel.basic_publish(topology.events_exchange, "post.created", body, pika.BasicProperties(delivery_mode=2))

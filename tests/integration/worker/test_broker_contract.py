@@ -81,7 +81,7 @@ def props(**kw: Any) -> pika.BasicProperties:
 def test_the_broker_the_session_relies_on(driver: Driver, topology: Topology) -> None:
     conn = driver.conn
     consumer = conn.channel()
-    broker.declare(consumer, topology, dead_max_length=1)
+    broker.declare(consumer, topology.fanout, dead_max_length=1)
     publisher = conn.channel()
     publisher.confirm_delivery()
     for body in (b"m1", b"m2", b"m3"):
@@ -118,7 +118,7 @@ def test_the_broker_the_session_relies_on(driver: Driver, topology: Topology) ->
         publisher.basic_publish(topology.settle_exchange, topology.dead_queue, b"d2", props(), mandatory=True)
 
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        broker.declare(conn.channel(), topology, dead_max_length=2)
+        broker.declare(conn.channel(), topology.fanout, dead_max_length=2)
     assert refused.value.reply_code == 406
     confirming = conn.channel()
     confirming.confirm_delivery()

@@ -95,7 +95,7 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     with ThreadPoolExecutor(2) as batches, ThreadPoolExecutor(1) as large:
         recorded = Recorded(processor, handler, slow)
         recorded.crashes = crashes
-        session = Session(conn, topology, recorded, batches, large,
+        session = Session(conn, topology.fanout, recorded, batches, large,
                           Limits(batch_size=10, batches=2, prefetch=20), stopping)
         thread = threading.Thread(target=session.run)
         thread.start()

@@ -1,0 +1,1 @@
+"""The delivery worker: notifications to webhooks and email (issue 15, docs/notifications.md)."""

@@ -1,0 +1,165 @@
+"""Consume one channel's delivery queue on one broker connection, each message on a pool of threads.
+
+pika's BlockingConnection is not thread-safe: the deliveries (HTTP or SMTP and the database) run on the pool, and
+every channel operation (publish, ack, nack) is handed back to the connection thread with
+`add_callback_threadsafe`, as the fan-out worker does (services/worker/consumer.py). A retry hop or dead letter is
+published on a confirming channel and the original acked only after the broker's confirm (ADR 0020).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Final
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+from pika.spec import Basic
+
+from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
+from services.delivery import acks, broker, metrics, processing, route
+
+log = logging.getLogger(__name__)
+
+_IDLE_TICK: Final = 0.25  # seconds between stop-flag checks while the I/O loop waits
+_PARK_MS: Final = next(d for d in DELIVERY_RETRY_DELAYS_MS if d >= 60_000)  # a refused dead letter waits ~1 min
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    tag: int
+    props: pika.BasicProperties
+    body: bytes
+
+
+class Session:
+    """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
+    returned; it raises pika's errors when the connection is lost (the caller reconnects)."""
+
+    def __init__(self, connection: pika.BlockingConnection, topology: Topology, name: str,
+                 processor: processing.Processor, pool: ThreadPoolExecutor, concurrency: int, dead_max_length: int,
+                 stopping: threading.Event) -> None:
+        self._conn = connection
+        self._topology = topology
+        self._name = name
+        self._processor = processor
+        self._pool = pool
+        self._concurrency = concurrency
+        self._dead_max_length = dead_max_length
+        self._stopping = stopping
+        # Touched by the connection thread only:
+        self._ready: deque[Message] = deque()  # delivered, waiting for a free thread
+        self._running: dict[int, Future[None]] = {}
+        self._unsettled: dict[int, None] = {}  # every tag not acked or nacked yet, in delivery order
+        self._done: set[int] = set()  # finished, to be acked (acks.py)
+        self._flush_scheduled = False
+
+    def run(self) -> None:
+        channel = self._conn.channel()
+        # Every channel's queues, not only this one's: the relay holds its WAL position on an event no queue takes
+        # (ADR 0012), so a delivery.email event must have a queue even where no email worker runs yet.
+        for name in DELIVERY_CHANNELS:
+            broker.declare(channel, self._topology, name, self._dead_max_length)
+        channel.basic_qos(prefetch_count=self._concurrency * 4)  # finished ones wait a little for their ack
+        publisher = self._conn.channel()
+        publisher.confirm_delivery()
+        queue = self._topology.delivery_queue(self._name)
+        tag = channel.basic_consume(queue, functools.partial(self._on_message, publisher), auto_ack=False)
+        log.info("consuming", extra={"queue": queue, "concurrency": self._concurrency})
+        while not self._stopping.is_set():
+            self._conn.process_data_events(time_limit=_IDLE_TICK)
+        channel.basic_cancel(tag)
+        for message in self._ready:  # not started: back to the queue as they were
+            self._nack(channel, message.tag)
+        self._ready.clear()
+        while self._running:
+            self._conn.process_data_events(time_limit=_IDLE_TICK)
+        self._flush_acks(channel, hold=0)
+        log.info("stopped consuming")
+
+    def _on_message(self, publisher: BlockingChannel, channel: BlockingChannel, method: Basic.Deliver,
+                    props: pika.BasicProperties, body: bytes) -> None:
+        self._unsettled[method.delivery_tag] = None
+        self._ready.append(Message(method.delivery_tag, props, body))
+        self._dispatch(channel, publisher)
+
+    def _dispatch(self, channel: BlockingChannel, publisher: BlockingChannel) -> None:
+        while self._ready and len(self._running) < self._concurrency and not self._stopping.is_set():
+            message = self._ready.popleft()
+            self._running[message.tag] = self._pool.submit(self._process, channel, publisher, message)
+
+    def _process(self, channel: BlockingChannel, publisher: BlockingChannel, message: Message) -> None:
+        """Pool thread: the delivery, then its settlement handed to the connection thread."""
+        try:
+            outcome = self._processor.handle(message.body, message.props.headers)
+        except Exception:  # the processor settles its own failures; this is a bug in it: return the message
+            log.exception("processing failed, returning the message", extra={"message_id": message.props.message_id})
+            outcome = processing.REQUEUE
+        try:
+            self._conn.add_callback_threadsafe(functools.partial(self._settle, channel, publisher, message, outcome))
+        except Exception as exc:  # connection gone: the broker redelivers
+            log.warning("cannot settle, connection lost", extra={"error": repr(exc)})
+
+    def _settle(self, channel: BlockingChannel, publisher: BlockingChannel, message: Message,
+                outcome: processing.Outcome) -> None:
+        del self._running[message.tag]
+        if isinstance(outcome, processing.Requeue) or not self._publish(publisher, message, outcome):
+            self._nack(channel, message.tag)
+        else:
+            self._done.add(message.tag)
+            if not self._flush_scheduled:  # after the other settlements already waiting: one frame for all
+                self._flush_scheduled = True
+                self._conn.call_later(0, functools.partial(self._flush_acks, channel, self._concurrency))
+        self._dispatch(channel, publisher)
+
+    def _nack(self, channel: BlockingChannel, tag: int) -> None:
+        channel.basic_nack(tag, requeue=True)
+        del self._unsettled[tag]
+
+    def _flush_acks(self, channel: BlockingChannel, hold: int) -> None:
+        self._flush_scheduled = False
+        for tag, multiple in acks.frames(self._unsettled, self._done, hold):
+            channel.basic_ack(tag, multiple=multiple)
+            for settled in ([t for t in self._unsettled if t <= tag] if multiple else [tag]):
+                del self._unsettled[settled]
+                self._done.discard(settled)
+
+    def _publish(self, publisher: BlockingChannel, message: Message, outcome: processing.Outcome) -> bool:
+        """Publish the hop or dead letter, confirmed; False if the broker refused it (the original is requeued)."""
+        context = {"message_id": message.props.message_id}
+        try:
+            if isinstance(outcome, processing.Hop):
+                broker.publish_hop(publisher, self._topology, self._name, outcome.delay_ms, outcome.headers,
+                                   message.body, message.props)
+            elif isinstance(outcome, processing.DeadLetter):
+                log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
+                metrics.DEAD.labels(self._name).inc()
+                self._publish_dead(publisher, message, outcome)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as exc:
+            log.error("publish refused, requeueing", extra={**context, "error": repr(exc)})
+            return False
+        return True
+
+    def _publish_dead(self, publisher: BlockingChannel, message: Message, dead: processing.DeadLetter) -> None:
+        try:
+            broker.publish_dead(publisher, self._topology, self._name, dead.reason, dead.attempts, message.body,
+                                message.props)
+        except pika.exceptions.NackError:  # full (reject-publish): park it, never drop it
+            log.error("dead queue full, dead letter parked in a retry queue", extra={"delay_ms": _PARK_MS})
+            headers = route.copy_headers(message.props.headers, **{route.DEAD_HEADER: dead.reason,
+                                                                   route.ATTEMPT_HEADER: dead.attempts})
+            broker.publish_hop(publisher, self._topology, self._name, _PARK_MS, headers, message.body, message.props)
+
+    def abandon(self) -> None:
+        """After a connection loss: drop what is not started (the broker redelivers it); running ones finish."""
+        for task in self._running.values():
+            task.cancel()
+        self._running.clear()
+        self._ready.clear()
+        self._unsettled.clear()
+        self._done.clear()

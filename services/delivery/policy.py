@@ -1,0 +1,137 @@
+"""The delivery worker's decisions: what an attempt's result means, when to try again, what becomes of the delivery
+and its webhook. Pure: no I/O, the clock and the random source are arguments."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+# Delivery statuses (db/init/008_notifications.sql).
+PENDING: Final = "PENDING"
+RETRYING: Final = "RETRYING"
+DELIVERED: Final = "DELIVERED"
+DEAD: Final = "DEAD"
+WITHDRAWN: Final = "WITHDRAWN"
+SENDABLE: Final = frozenset({PENDING, RETRYING})  # anything else is settled: a message for it is acked unsent
+
+# HTTP answers worth another try (RFC 9110): the request may succeed later. 501 Not Implemented never will.
+RETRIABLE_HTTP: Final = frozenset({408, 425, 429})
+_RANDOM: Final = random.Random()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The receiver answered: an HTTP status, or an SMTP reply code (`smtp` True)."""
+
+    code: int
+    retry_after: str | None = None  # the Retry-After header, as sent
+    excerpt: str | None = None  # the start of the response body, at most 4 KB
+    smtp: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NoAnswer:
+    """No answer: connection refused or reset, DNS failure, timeout. Always worth another try."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """walfeed refused to send (an address not allowed, an invalid URL or secret): trying again cannot help."""
+
+    reason: str
+
+
+Result = Answer | NoAnswer | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    max_attempts: int
+    base: float  # seconds: the first retry's delay (30 s); each next doubles
+    cap: float  # seconds: the largest backoff delay (30 min)
+    retry_after_max: float  # seconds: the longest Retry-After honoured (24 h)
+    disable_after: float  # seconds: a webhook failing this long without a success is disabled
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: str  # DELIVERED, RETRYING or DEAD
+    reason: str | None = None  # why it failed (DEAD: the dead letter's reason)
+    delay: float | None = None  # RETRYING: seconds until the next attempt
+    disable: str | None = None  # the webhook is disabled, with this reason
+
+
+def backoff(attempt: int, base: float, cap: float, rand: random.Random | None = None) -> float:
+    """Seconds before the try after failed try `attempt` (1-based): base, 2 base, 4 base ... up to cap, less up to
+    a fifth at random so the retries of many deliveries failed together do not arrive together."""
+    ceiling = min(cap, base * 2.0 ** min(attempt - 1, 64))
+    return ceiling * (1 - 0.2 * (rand if rand is not None else _RANDOM).random())
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Retry-After (RFC 9110 10.2.3) in seconds from now: delay-seconds or an HTTP-date; None if absent or invalid."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(int(text))
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is always GMT
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def failure_of(result: Result) -> tuple[bool, str] | None:
+    """(retriable, reason) of a failed result; None for a success."""
+    if isinstance(result, NoAnswer):
+        return True, result.error
+    if isinstance(result, Refused):
+        return False, result.reason
+    code = result.code
+    if result.smtp:
+        if 200 <= code < 400:
+            return None
+        return 400 <= code < 500, f"SMTP {code}"
+    if 200 <= code < 300:
+        return None
+    if 300 <= code < 400:
+        return False, f"HTTP {code}: redirects are not followed"
+    return (code in RETRIABLE_HTTP or (500 <= code < 600 and code != 501)), f"HTTP {code}"
+
+
+def decide(result: Result, attempt: int, settings: Settings, now: datetime,
+           failing_since: datetime | None = None, rand: random.Random | None = None) -> Decision:
+    """What becomes of a delivery after try `attempt` (1-based) gave `result`."""
+    failure = failure_of(result)
+    if failure is None:
+        return Decision(DELIVERED)
+    retriable, reason = failure
+    if isinstance(result, Answer) and not result.smtp and result.code == 410:
+        return Decision(DEAD, reason, disable="the endpoint answered 410 Gone")
+    since = failing_since or now
+    if now - since >= timedelta(seconds=settings.disable_after):
+        return Decision(DEAD, reason, disable=f"failing since {since.isoformat()}, last: {reason}")
+    if not retriable:
+        return Decision(DEAD, reason)
+    if attempt >= settings.max_attempts:
+        return Decision(DEAD, f"attempts exhausted ({attempt}): {reason}")
+    delay = backoff(attempt, settings.base, settings.cap, rand)
+    asked = parse_retry_after(result.retry_after, now) if isinstance(result, Answer) else None
+    if asked is not None and asked > delay:
+        delay = min(asked, settings.retry_after_max)
+    return Decision(RETRYING, reason, delay=delay)
+
+
+def excerpt(body: bytes, limit: int = 4096) -> str:
+    """Text to store of a response body: at most `limit` bytes of UTF-8, NULs dropped (Postgres text has none)."""
+    text = body[:limit].decode("utf-8", errors="replace").replace("\x00", "")
+    encoded = text.encode("utf-8")
+    return text if len(encoded) <= limit else encoded[:limit].decode("utf-8", errors="ignore")

@@ -1,0 +1,1 @@
+"""`walfeed notifier`: derives notifications (and their deliveries) from post and follow events."""

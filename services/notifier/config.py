@@ -1,0 +1,33 @@
+"""Settings of `walfeed notifier`, read once at start from the environment: the fan-out worker's consumer settings
+(services/worker/config.py) under the `WALFEED_NOTIFIER_` prefix, with defaults of its own.
+
+| variable | default | meaning |
+|---|---|---|
+| `WALFEED_NOTIFIER_CONCURRENCY` | `2` | batch threads in this process (several processes may share the queue) |
+| `WALFEED_NOTIFIER_BATCH_SIZE` | `100` | most messages applied together in one transaction |
+| `WALFEED_NOTIFIER_PREFETCH` | `batch size x (concurrency + 1)` | unacked messages handed to this process |
+| `WALFEED_NOTIFIER_MAX_ATTEMPTS` | `8` | attempts before a message goes to `{prefix}.notifier.dead` |
+| `WALFEED_NOTIFIER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
+| `WALFEED_NOTIFIER_RETRY_CAP` | `60` | seconds: largest retry delay |
+| `WALFEED_NOTIFIER_DEAD_MAX_LENGTH` | `100000` | dead letters kept; a full dead queue refuses more |
+| `WALFEED_NOTIFIER_METRICS_PORT` | `9104` | Prometheus endpoint; `0` turns it off |
+| `WALFEED_NOTIFIER_METRICS_HOST` | `127.0.0.1` | address of the metrics endpoint (unauthenticated) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from services.worker.config import WorkerSettings
+
+PREFIX: Final = "WALFEED_NOTIFIER"
+# A notification batch does a few lookups per event (handles, webhooks): smaller batches than the fan-out's keep a
+# transaction short; at the rates posts are written, batches stay far below it anyway.
+BATCH_SIZE: Final = 100
+METRICS_PORT: Final = 9104
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> WorkerSettings:
+    return WorkerSettings.from_env(environ, prefix=PREFIX, batch_size=BATCH_SIZE, metrics_port=METRICS_PORT,
+                                 large=False)

@@ -1,0 +1,103 @@
+"""`walfeed deliver --channel email` as a real process, fed by the real relay, sending to a real SMTP server
+(aiosmtpd) started by the test."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from pika.adapters.blocking_connection import BlockingChannel as Channel
+
+from services.core.topology import Topology
+from services.delivery import route
+from testkit.processes import free_port
+from testkit.waiting import eventually
+from tests.integration.delivery import world
+from tests.integration.delivery.conftest import StartPipeline, dead_letters
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+@dataclass
+class Mailbox:
+    """An SMTP server's DATA handler: answers from a script (the last repeats), keeps every accepted message."""
+
+    replies: list[str] = field(default_factory=lambda: ["250 OK"])
+    received: list[tuple[list[str], EmailMessage]] = field(default_factory=list)
+    tries: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        with self.lock:
+            self.tries += 1
+            reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+            if reply.startswith("250"):
+                message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+                self.received.append((list(envelope.rcpt_tos), message))
+        return reply
+
+
+@pytest.fixture
+def mailbox() -> Iterator[tuple[Mailbox, int]]:
+    box, port = Mailbox(), free_port()
+    controller = Controller(box, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield box, port
+    finally:
+        controller.stop()
+
+
+def _env(port: int) -> dict[str, str]:
+    return {"WALFEED_SMTP_URL": f"smtp://127.0.0.1:{port}", "WALFEED_SMTP_FROM": "walfeed <notify@walfeed.test>"}
+
+
+def _settled(db: Any, delivery_id: int, status: str) -> dict[str, Any]:
+    return eventually(lambda: (row := world.delivery(db, delivery_id))["status"] == status and row,
+                      what=f"delivery {delivery_id} {status}")
+
+
+def test_a_follow_is_mailed_as_plain_text_with_list_unsubscribe(
+        db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline) -> None:
+    box, port = mailbox
+    bob = world.user(db, "bob", email="bob@example.test", email_kinds=("follow",))
+    alice = world.user(db, "alice")
+    start_pipeline("email", **_env(port))
+    delivery_id = world.notify(db, bob, alice, email=True)
+    assert _settled(db, delivery_id, "DELIVERED")["last_status_code"] == 250
+    ((recipients, message),) = box.received
+    assert recipients == ["bob@example.test"] and message["To"] == "bob@example.test"
+    assert message["From"] == "walfeed <notify@walfeed.test>" and message["Subject"] == "@alice followed you"
+    assert message["List-Unsubscribe"] == "<mailto:notify@walfeed.test?subject=unsubscribe>"
+    assert message.get_content_type() == "text/plain" and "@alice now follows you" in message.get_content()
+
+
+def test_smtp_4xx_is_retried_and_5xx_is_dead(
+        db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline, channel: Channel,
+        topology: Topology) -> None:
+    box, port = mailbox
+    box.replies = ["451 4.3.0 try again later", "250 OK"]
+    bob = world.user(db, "bob", email="bob@example.test", email_kinds=("follow", "mention"))
+    start_pipeline("email", **_env(port))
+    retried = world.notify(db, bob, world.user(db, "alice"), email=True)
+    row = _settled(db, retried, "DELIVERED")
+    assert row["attempts"] == 2 and box.tries == 2
+    box.replies = ["550 5.1.1 no such mailbox"]
+    dead = world.notify(db, bob, world.user(db, "carol"), email=True)
+    row = _settled(db, dead, "DEAD")
+    assert row["attempts"] == 1 and row["last_status_code"] == 550 and "no such mailbox" in row["response_excerpt"]
+    (props, _), = eventually(lambda: dead_letters(channel, topology, "email"), what="dead letter")
+    assert props.headers[route.REASON_HEADER] == "SMTP 550"
+
+
+def test_the_email_worker_refuses_to_start_without_an_smtp_url(start_pipeline: StartPipeline) -> None:
+    worker = start_pipeline("email")
+    assert worker.wait(30) == 2
+    assert "WALFEED_SMTP_URL is not set" in worker.log()

@@ -1,0 +1,164 @@
+"""The steps of one delivery (services/delivery/processing.py) with in-memory adapters."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from services.core import events as ev
+from services.delivery import policy, processing, route
+from services.delivery.payload import Delivery
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+NOW_MS = int(NOW.timestamp() * 1000)
+RETRY = policy.Settings(max_attempts=3, base=30.0, cap=1800.0, retry_after_max=86_400.0, disable_after=1e9)
+
+
+@dataclass
+class FakeStore:
+    rows: dict[int, Delivery] = field(default_factory=dict)
+    records: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)
+    over_limit_for: float = 0.0  # seconds the target's rate limit holds tries back
+    fail_load: Exception | None = None
+
+    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None:
+        if self.fail_load is not None:
+            raise self.fail_load
+        row = self.rows.get(delivery_id)
+        return None if row is None else (row, self.over_limit_for == 0)
+
+    def record(self, delivery_id: int, status: str, **kwargs: Any) -> None:
+        self.records.append((delivery_id, status, kwargs))
+
+    def withdraw(self, delivery_id: int) -> None:
+        self.withdrawn.append(delivery_id)
+
+    def wait(self, target: str, rate: float, burst: int) -> float:
+        return self.over_limit_for
+
+
+@dataclass
+class FakeSender:
+    results: list[policy.Result | Exception] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+
+    def send(self, delivery: Delivery, now: datetime) -> policy.Result:
+        self.sent.append(delivery.id)
+        result = self.results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def _delivery(delivery_id: int = 1, **kwargs: Any) -> Delivery:
+    base: dict[str, Any] = {"id": delivery_id, "channel": "webhook", "status": "PENDING", "recipient_id": 5,
+                            "created_at": NOW, "notification_id": 9, "kind": "follow", "webhook_id": 3,
+                            "url": "https://example.com/hook", "secret": "whsec_AAAA"}
+    return Delivery(**{**base, **kwargs})
+
+
+def _body(delivery_id: int = 1, type: str = ev.DELIVERY_WEBHOOK) -> bytes:
+    return ev.encode(ev.Event.new(type, delivery_id, {"delivery_id": delivery_id}))
+
+
+def _processor(store: FakeStore, sender: FakeSender) -> processing.Processor:
+    limits = processing.Limits("webhook", RETRY, rate=10.0, burst=1)
+    return processing.Processor(store, sender, limits, clock=lambda: NOW, rand=random.Random(1))
+
+
+def test_a_success_is_recorded_delivered_and_acked() -> None:
+    store, sender = FakeStore({1: _delivery()}), FakeSender([policy.Answer(204)])
+    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert store.records == [(1, policy.DELIVERED, {"attempts": 1, "failed": False, "code": 204, "error": None,
+                                                    "excerpt": None, "delay": None, "disable": None})]
+
+
+def test_a_retriable_failure_hops_with_the_next_attempt_and_its_due_time() -> None:
+    store, sender = FakeStore({1: _delivery()}), FakeSender([policy.Answer(503)])
+    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 2})
+    assert isinstance(outcome, processing.Hop)
+    due = outcome.headers[route.DUE_HEADER]
+    assert isinstance(due, int) and 0.8 * 60_000 <= due - NOW_MS <= 60_000
+    assert outcome.headers[route.ATTEMPT_HEADER] == 3 and outcome.delay_ms == route.first_hop(due - NOW_MS)
+    assert store.records[0][1] == policy.RETRYING and store.records[0][2]["attempts"] == 2
+
+
+def test_the_last_attempt_is_a_dead_letter() -> None:
+    store, sender = FakeStore({1: _delivery()}), FakeSender([policy.NoAnswer("timeout")])
+    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 3})
+    assert outcome == processing.DeadLetter("attempts exhausted (3): timeout", 3)
+    assert store.records[0][1] == policy.DEAD
+
+
+def test_over_the_rate_limit_it_waits_without_spending_an_attempt_or_sending() -> None:
+    store, sender = FakeStore({1: _delivery()}, over_limit_for=1.5), FakeSender()
+    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 2})
+    assert isinstance(outcome, processing.Hop)
+    assert outcome.headers[route.ATTEMPT_HEADER] == 2 and outcome.headers[route.DUE_HEADER] == NOW_MS + 1500
+    assert sender.sent == [] and store.records == []
+
+
+def test_a_copy_not_due_yet_hops_on_unchanged_and_touches_nothing() -> None:
+    store, sender = FakeStore({1: _delivery()}), FakeSender()
+    headers: dict[str, object] = {route.ATTEMPT_HEADER: 2, route.DUE_HEADER: NOW_MS + 10_000}
+    outcome = _processor(store, sender).handle(_body(), headers)
+    assert outcome == processing.Hop(8192, headers)
+    assert sender.sent == [] and store.records == []
+
+
+@pytest.mark.parametrize("status", [policy.DELIVERED, policy.DEAD, policy.WITHDRAWN])
+def test_a_settled_delivery_is_acked_unsent(status: str) -> None:
+    store, sender = FakeStore({1: _delivery(status=status)}), FakeSender()
+    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert sender.sent == [] and store.records == []
+
+
+def test_a_withdrawn_notification_withdraws_its_delivery_unsent() -> None:
+    store, sender = FakeStore({1: _delivery(withdrawn_at=NOW)}), FakeSender()
+    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert store.withdrawn == [1] and sender.sent == []
+
+
+def test_a_disabled_webhook_kills_the_delivery_unsent() -> None:
+    store, sender = FakeStore({1: _delivery(disabled_at=NOW, disabled_reason="410 Gone")}), FakeSender()
+    outcome = _processor(store, sender).handle(_body(), None)
+    assert outcome == processing.DeadLetter("webhook disabled: 410 Gone", 0)
+    assert store.records[0][1] == policy.DEAD and sender.sent == []
+
+
+def test_an_adapter_that_raises_makes_the_delivery_dead_and_the_next_goes_on() -> None:
+    store = FakeStore({1: _delivery(), 2: _delivery(2)})
+    sender = FakeSender([KeyError("bug"), policy.Answer(200)])
+    processor = _processor(store, sender)
+    assert processor.handle(_body(1), None) == processing.DeadLetter("internal error: KeyError", 1)
+    assert store.records[0][:2] == (1, policy.DEAD)
+    assert processor.handle(_body(2), None) == processing.ACK
+
+
+def test_a_database_outage_postpones_without_spending_an_attempt() -> None:
+    store = FakeStore({1: _delivery()}, fail_load=psycopg.OperationalError("server closed the connection"))
+    outcome = _processor(store, FakeSender()).handle(_body(), {route.ATTEMPT_HEADER: 2})
+    assert isinstance(outcome, processing.Hop) and outcome.headers[route.ATTEMPT_HEADER] == 2
+
+
+@pytest.mark.parametrize(("body", "reason"), [(b"nope", "malformed: body is not JSON"),
+                                              (_body(type=ev.DELIVERY_EMAIL), "is not a webhook delivery")])
+def test_malformed_messages_are_dead_letters(body: bytes, reason: str) -> None:
+    outcome = _processor(FakeStore(), FakeSender()).handle(body, None)
+    assert isinstance(outcome, processing.DeadLetter) and reason in outcome.reason
+
+
+def test_an_unknown_delivery_is_a_dead_letter() -> None:
+    assert _processor(FakeStore(), FakeSender()).handle(_body(7), None) == processing.DeadLetter("no delivery 7", 1)
+
+
+def test_a_parked_dead_letter_goes_to_the_dead_queue_again() -> None:
+    outcome = _processor(FakeStore(), FakeSender()).handle(b"", {route.DEAD_HEADER: b"HTTP 400",
+                                                                 route.ATTEMPT_HEADER: 1})
+    assert outcome == processing.DeadLetter("HTTP 400", 1)
