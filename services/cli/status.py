@@ -124,10 +124,10 @@ def render(slot: SlotStatus, queues: list[QueueStatus]) -> str:
     lines.append("QUEUES")
     for q in queues:
         if q.error:
-            lines.append(f"  {q.name:<40} {q.error}")
+            lines.append(f"  {q.name:<44} {q.error}")
         else:
             warn = "  <- dead letters: inspect them" if q.name.endswith(".dead") and q.messages else ""
-            lines.append(f"  {q.name:<40} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
+            lines.append(f"  {q.name:<44} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
     return "\n".join(lines)
 
 

@@ -39,8 +39,9 @@ def run(settings: Settings, channel: str) -> int:
     serve_metrics(delivery.metrics_port, delivery.metrics_host)
     topology = Topology(settings.amqp_prefix)
     # No check round trip per checkout: a query on a broken connection postpones its delivery (processing.py).
+    # Autocommit: each of the worker's statements is one transaction of its own (services/delivery/sql.py).
     pool = make_pool(settings.database_url, min_size=1, max_size=delivery.concurrency, name=f"walfeed-{channel}",
-                     check=False)
+                     check=False, autocommit=True)
     pool.open()
     sender = _sender(delivery)
     checked: Sender = sender

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
 
 from services.worker import policy
 from services.worker.processing import Result
@@ -21,16 +21,6 @@ DEAD_QUEUE_FULL = Counter("walfeed_worker_dead_queue_full_total",
                           "Dead letters the full dead queue refused (parked in the retry queue instead)")
 BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied together in one batch transaction",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
-
-
-def serve(port: int, host: str) -> None:
-    if port == 0:
-        return
-    try:
-        start_http_server(port, addr=host)
-        log.info("metrics listening", extra={"host": host, "port": port})
-    except OSError as exc:
-        log.warning("metrics endpoint unavailable", extra={"host": host, "port": port, "error": repr(exc)})
 
 
 def observe(result: Result) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from services.cli.roles import RoleSettings
 from services.core.topology import Topology
+from services.delivery import signing
 from tests.harness.infra import Infra
 from tests.harness.processes import Processes, free_port
 from tests.harness.resources import declare_observer
@@ -94,7 +95,6 @@ def _published(database_url: str, event_id: uuid.UUID) -> bool:
 
 def test_the_delivery_worker_delivers_a_webhook_under_its_role(
         processes: Processes, role_env: RoleEnv, role_settings: RoleSettings, database_url: str) -> None:
-    from services.delivery import signing
     from tests.integration.delivery import receiver as receiver_mod
     from tests.integration.delivery import world
     from tests.integration.delivery.conftest import DELIVER_ENV
