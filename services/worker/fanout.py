@@ -13,7 +13,6 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
@@ -34,15 +33,6 @@ FANOUT_CHUNK_SIZE: Final = 1000
 
 Conn = psycopg.Connection[Any]
 Applied = str | policy.Expected | policy.Poison  # per event: what was done, or why it was not
-
-
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    """A batch's post.created lookups, the decisions it proposed, and the cursor of the statement recording them."""
-
-    rows: dict[int, decide.PostRow]
-    proposed: dict[int, bool]
-    cursor: psycopg.Cursor[Any] | None
 
 
 class Effects:
@@ -69,18 +59,12 @@ class Effects:
         return apply_batch(self._pool, events, self._apply)
 
     def _apply(self, conn: Conn, unique: list[ev.Event]) -> dict[ev.Event, Applied]:
-        """In pipeline mode: the locks and lookups go in one round trip, the effects and the commit in another (a
-        type whose effects need an answer midway, follows, adds its own). On a busy machine each round trip waits for
-        a CPU twice, and this is the latency every event of the batch pays."""
         done: dict[ev.Event, Applied] = {}
         keys, exclusive = decide.locks(unique)
-        created = [e for e in unique if e.type == ev.POST_CREATED]
-        with conn.pipeline(), conn.transaction():
+        with conn.transaction():
             conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
-            lookup = conn.execute(q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list({e.id for e in unique})})
-            posts = conn.execute(q.POSTS_FOR_FANOUT, {"post_ids": [e.payload["post_id"] for e in created]}) \
-                if created else None
-            known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in lookup.fetchall()}
+            known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in conn.execute(
+                q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list({e.id for e in unique})})}
             real: dict[str, list[ev.Event]] = defaultdict(list)
             for event in unique:
                 failure = decide.check(event, known.get(event.id))
@@ -90,68 +74,59 @@ class Effects:
                     done[event] = "duplicate"
                 else:
                     real[event.type].append(event)
-            recorded = self._posts_created(conn, real[ev.POST_CREATED], posts.fetchall() if posts else [], done)
+            trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
             self._posts_deleted(conn, real[ev.POST_DELETED], done)
             self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
             self._follows_deleted(conn, real[ev.FOLLOW_DELETED], done)
-        trim_due, pushed = self._after_commit(conn, real[ev.POST_CREATED], recorded, done)
         if trim_due:
             self._trim_audiences(conn, trim_due)
         log.debug("batch applied", extra={"events": len(unique), "pushed": pushed})
         return done
 
-    def _posts_created(self, conn: Conn, events: list[ev.Event], found: list[Any],
-                       done: dict[ev.Event, Applied]) -> Recorded:
-        """Decide push or pull once per post and fan small audiences out, without waiting for an answer: the
-        decisions are recorded and the rows inserted in one round trip. The insert re-checks the recorded decision,
-        so a post another transaction decided meanwhile gets rows here only if it was pushed. No processed record:
-        a duplicate finds the decision recorded and inserts nothing new (a row the cap trimmed meanwhile comes back
-        below the floor, where rows may be, docs/adr/0024)."""
+    def _posts_created(self, conn: Conn, events: list[ev.Event],
+                       done: dict[ev.Event, Applied]) -> tuple[set[int], int]:
+        """Decide push or pull once per post and fan small audiences out. No processed record: a duplicate finds
+        the decision recorded and inserts nothing new (a row the cap trimmed meanwhile comes back below the floor,
+        where rows may be, docs/adr/0024). Returns the authors whose recipients are due a trim, and how many posts
+        were pushed."""
         if not events:
-            return Recorded({}, {}, None)
+            return set(), 0
         rows = {r["id"]: decide.PostRow(r["author_id"], r["deleted"], r["fanned_out"], r["follower_count"])
-                for r in found}
+                for r in conn.execute(q.POSTS_FOR_FANOUT, {"post_ids": [e.payload["post_id"] for e in events]})}
         proposed: dict[int, bool] = {}
         for event in events:
             row = rows.get(event.payload["post_id"])
             if row is not None and row.fanned_out is None and not row.deleted:
                 proposed[event.payload["post_id"]] = policy.push(row.follower_count, self._threshold)
-        cursor = None
-        if proposed:
-            ids = sorted(proposed)
-            cursor = conn.execute(q.RECORD_DECISIONS, {"post_ids": ids, "push": [proposed[i] for i in ids]})
+        decisions = self._record_decisions(conn, proposed)
         for event in events:
             post_id = event.payload["post_id"]
             row = rows.get(post_id)
             try:
                 done[event] = decide.post_action(
-                    event, row, proposed.get(post_id, row.fanned_out if row else None), self._chunk)
+                    event, row, decisions.get(post_id, row.fanned_out if row else None), self._chunk)
             except decide.PostMissing as exc:
                 done[event] = exc
+        pushed = [e for e in events if done[e] == decide.PUSHED]
         own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in events
                       if done[e] in (decide.PUSHED, decide.LARGE)}.items())
         if own:
             conn.execute(q.FANOUT_BATCH, {"own": [p for p, _ in own], "fan_out": [f for _, f in own]})
-        return Recorded(rows, proposed, cursor)
-
-    def _after_commit(self, conn: Conn, events: list[ev.Event], recorded: Recorded,
-                      done: dict[ev.Event, Applied]) -> tuple[set[int], int]:
-        """Posts whose decision another transaction recorded first take that decision's label (a recorded decision
-        never changes). Returns the authors whose recipients are due a trim, and how many posts were pushed."""
-        if recorded.cursor is not None:
-            ours = {r["id"] for r in recorded.cursor.fetchall()}
-            raced = sorted(set(recorded.proposed) - ours)
-            if raced:
-                decisions = {r["id"]: bool(r["fanned_out"]) for r in conn.execute(
-                    q.READ_DECISIONS, {"post_ids": raced})}
-                for event in events:
-                    post_id = event.payload["post_id"]
-                    if post_id in decisions:
-                        done[event] = decide.post_action(event, recorded.rows[post_id], decisions[post_id],
-                                                         self._chunk)
-        pushed = [e for e in events if done[e] == decide.PUSHED]
         trim_due = {e.payload["author_id"] for e in pushed if policy.should_trim(e.payload["post_id"])}
         return trim_due, len(pushed)
+
+    def _record_decisions(self, conn: Conn, proposed: dict[int, bool]) -> dict[int, bool]:
+        """Record the proposed decisions of undecided posts; a post decided meanwhile keeps its recorded one."""
+        if not proposed:
+            return {}
+        ids = sorted(proposed)
+        recorded = {r["id"] for r in conn.execute(
+            q.RECORD_DECISIONS, {"post_ids": ids, "push": [proposed[i] for i in ids]})}
+        decisions = {i: proposed[i] for i in recorded}
+        raced = [i for i in ids if i not in recorded]
+        if raced:
+            decisions |= {r["id"]: bool(r["fanned_out"]) for r in conn.execute(q.READ_DECISIONS, {"post_ids": raced})}
+        return decisions
 
     def _posts_deleted(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
         if events:

@@ -37,10 +37,8 @@ def run(settings: Settings) -> int:
     stopping = on_signals(then=lambda: sdnotify.stopping("finishing running batches"))
     serve_metrics(worker.metrics_port, worker.metrics_host)
     topology = Topology(settings.amqp_prefix)
-    # Unchecked: a batch on a connection a database restart broke fails as policy.Unavailable (retried, no attempt
-    # spent), and a check would add a round trip to every batch's latency.
     pool = make_pool(settings.database_url, min_size=1, max_size=worker.concurrency + worker.large_concurrency,
-                     name="walfeed-worker", options=PLAN_EACH_BATCH, check=False)
+                     name="walfeed-worker", options=PLAN_EACH_BATCH)
     pool.open()
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
     processor = Processor(effects.apply, effects.fan_out_large,

@@ -59,14 +59,11 @@ CROSS JOIN LATERAL (SELECT id, fanned_out FROM posts WHERE id = i.id OFFSET 0) p
 
 # The own rows of every pushed post (%(own)s) and the whole audience of the small ones (%(fan_out)s true), in one
 # insert. Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
-# wait for each other in one order instead of deadlocking. Re-checks that each post is alive and that its recorded
-# decision is push: it is sent with RECORD_DECISIONS before that statement's answer (one round trip), and a post
-# another transaction decided meanwhile may have been pulled.
+# wait for each other in one order instead of deadlocking. Re-checks that each post is alive.
 FANOUT_BATCH: Final = sql.SQL("""
 WITH alive AS (
     SELECT p.id, p.author_id, i.fan_out FROM unnest(%(own)s::bigint[], %(fan_out)s::bool[]) AS i(id, fan_out)
-    CROSS JOIN LATERAL (SELECT id, author_id FROM posts
-                        WHERE id = i.id AND deleted_at IS NULL AND fanned_out IS TRUE OFFSET 0) p
+    CROSS JOIN LATERAL (SELECT id, author_id FROM posts WHERE id = i.id AND deleted_at IS NULL OFFSET 0) p
 )
 INSERT INTO timelines (user_id, post_id, author_id)
 SELECT r.user_id, r.post_id, r.author_id FROM (

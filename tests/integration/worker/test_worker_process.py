@@ -174,25 +174,3 @@ def test_author_crossing_the_celebrity_threshold_up_and_down_loses_and_doubles_n
     decisions = {r[0] for r in db.execute("SELECT fanned_out FROM posts")}
     assert decisions == {True, False}
     assert world.problems(db) == []
-
-
-def test_connections_the_database_dropped_fail_their_batch_and_every_event_applies_without_spending_attempts(
-        db: psycopg.Connection[Any], channel: Channel, topology: Topology, processes: Processes) -> None:
-    """The worker's pool does not check a connection before each batch (a round trip per batch): a connection the
-    server dropped fails its batch as unavailable, retried without spending an attempt. With one attempt allowed,
-    a spent attempt would dead-letter the event."""
-    author, fan = world.add_users(db, 2)
-    world.publish(channel, topology, [world.follow(db, fan, author)])
-    worker = processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_MAX_ATTEMPTS": "1"})
-    eventually(lambda: drained(channel, topology) and "consumer: consuming" in worker.log(), timeout=60,
-               what="the follow applied")
-    dropped = db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                         "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
-    db.commit()
-    assert dropped is not None and dropped[0] >= 1
-    for _ in range(4):
-        world.publish(channel, topology, [world.post(db, author)])
-    _settle_and_stop(processes, channel, topology)
-    assert "handler failed" in worker.log(), "no batch met a dropped connection: the test proves nothing"
-    assert world.problems(db) == []
-    assert dead_letters(channel, topology) == []
