@@ -149,9 +149,8 @@ def test_a_worker_facing_a_dead_queue_declared_otherwise_stops_with_what_to_do(
 
 def test_a_post_another_transaction_decides_meanwhile_keeps_that_decision_and_gets_no_rows_from_this_batch(
         db: Conn, database_url: str) -> None:
-    """The batch sends its decision and its fan-out insert without waiting between them; the insert re-checks the
-    recorded decision. Here a transaction records "pull" while the batch, which read the post undecided and
-    proposes "push", waits for the row: the batch leaves the decision, inserts nothing, and says so."""
+    """A transaction records "pull" while the batch, which read the post undecided and proposes "push", waits for
+    the row: the batch keeps the recorded decision (read again), inserts nothing, and says so."""
     author, fan = world.add_users(db, 2)
     world.follow(db, fan, author)
     created = world.post(db, author)
