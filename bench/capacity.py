@@ -154,7 +154,8 @@ class Meter:
         return out
 
 
-def step(pipe: Pipeline, admin: psycopg.Connection[Any], rate: int, seconds: float, drain: float) -> dict[str, Any]:
+def step(pipe: Pipeline, admin: psycopg.Connection[Any], rate: int, seconds: float, drain: float,
+         listener: bool = False) -> dict[str, Any]:
     meter = Meter(pipe, admin)
     at_end: dict[str, Any] = {}
 
@@ -163,9 +164,10 @@ def step(pipe: Pipeline, admin: psycopg.Connection[Any], rate: int, seconds: flo
         at_end["queue"] = infra.queue_depth(pipe.prefix)
 
     meter.start()
-    # No commit -> broker listener: a step reports commit -> visible only, and a second queue with its consumer
-    # would load the broker and this process (the CPU the pipeline shares) for a figure nobody reads.
-    run = e2e.run(pipe.url, None, AUTHORS, PER_AUTHOR + 1, last_follower, rate, seconds, drain,
+    # No commit -> broker listener unless asked: a step reports commit -> visible only, and a second queue with its
+    # consumer loads the broker and this process (the CPU the pipeline shares) for a figure nobody reads.
+    amqp = (infra.AMQP, pipe.prefix) if listener else None
+    run = e2e.run(pipe.url, amqp, AUTHORS, PER_AUTHOR + 1, last_follower, rate, seconds, drain,
                   writers=pipe.writers(rate), write=pipe.write(rate), at_end=written)
     figures = stats.summary(run.latencies_ms)
     result: dict[str, Any] = {
@@ -232,6 +234,9 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds: sql, http or both (default)")
     parser.add_argument("--quick", action="store_true", help="steps 250,1000,2000 of 3 s each")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-capacity)")
+    parser.add_argument("--listener", action="store_true",
+                        help="also consume every post.created from the events exchange, as the steps did before issue "
+                             "12's last session (its load on the broker and this process, measured)")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")] if args.steps else list(QUICK_STEPS if args.quick else STEPS)
     seconds = args.seconds or (3.0 if args.quick else 30.0)
@@ -242,7 +247,8 @@ def main() -> int:
     out = infra.results_folder(args.out, "capacity")
     meta: dict[str, Any] = {"mode": "quick" if args.quick else "full", "nproc": os.cpu_count(),
                             "load_before": entry.load_avg(), "steps": steps, "seconds": seconds, "drain": drain,
-                            "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings()}
+                            "authors": AUTHORS, "followers": PER_AUTHOR, "workers": WORKERS, "settings": settings(),
+                            "listener": args.listener}
     results: list[dict[str, Any]] = []
     skipped: dict[str, list[int]] = {}
     aborted = ""
@@ -258,7 +264,7 @@ def main() -> int:
                 continue
             print(f"{pipe.kind} writers, {rate:,} posts/s for {seconds:.0f} s", file=sys.stderr, flush=True)
             try:
-                s = step(pipe, admin, rate, seconds, drain)
+                s = step(pipe, admin, rate, seconds, drain, args.listener)
             except Exception as exc:  # Postgres or the broker went away (a shared machine): report what was measured
                 aborted = f"{pipe.kind} writers at {rate:,} posts/s: {exc!r}"
                 print(f"aborted: {aborted}", file=sys.stderr, flush=True)
