@@ -10,7 +10,7 @@ change of load on the shared machine hits both alike; the result is the median o
 The worker's rate is N over the span from its first to its last recorded delivery (`deliveries.updated_at`), so
 start-up is not counted; the messages are published straight to the events exchange (the relay is measured by
 bench/relay_throughput.py). Creates its own database and AMQP names and removes them. Usage:
-    .venv/bin/python bench/delivery_throughput.py [--deliveries 3000] [--pairs 3] [--concurrency 16]
+    .venv/bin/python -m bench.delivery_throughput [--deliveries 3000] [--pairs 3] [--concurrency 16]
 """
 
 from __future__ import annotations
@@ -34,17 +34,16 @@ import pika
 import psycopg
 from psycopg import sql
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib import proc
+from services.core import events as ev
+from services.core.migrate import apply_schema
+from services.core.topology import Topology
+from services.delivery import broker, payload, signing
+from testkit import resources
+from testkit.processes import free_port
+from testkit.waiting import eventually
 
-from bench.lib import proc  # noqa: E402
-from services.core import events as ev  # noqa: E402
-from services.core.migrate import apply_schema  # noqa: E402
-from services.core.topology import Topology  # noqa: E402
-from services.delivery import broker, payload, signing  # noqa: E402
-from testkit import resources  # noqa: E402
-from testkit.processes import free_port  # noqa: E402
-from testkit.waiting import eventually  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 AMQP = os.environ.get("WALFEED_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
