@@ -18,7 +18,7 @@ from pika.exceptions import AMQPError
 
 from services.cli import dead_deliveries as dd
 from services.cli import dead_letters as dl
-from services.cli.dead_broker import BrokerError, DeadBroker, Held
+from services.cli.dead_broker import BrokerError, DeadBroker, Held, NotReadable
 from services.cli.dead_rows import DeliveryRows
 from services.core.settings import Settings
 from services.core.topology import DeadLetterQueue, Topology
@@ -48,7 +48,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     try:
         session = _Session(broker, queues, selection, limit, now, settings.database_url)
-        return _COMMANDS[args.dead_command](session, args)
+        code = _COMMANDS[args.dead_command](session, args)
+        # The queue asked for and not readable is not "no dead letters"; among all of them, a warning is enough (each
+        # consumer's broker user reads its own dead queue only, docs/operations.md).
+        return code or (1 if session.unreadable and args.queue else 0)
     except (BrokerError, AMQPError) as exc:  # AMQPError: the connection lost midway; held letters are back
         print(f"walfeed dead {args.dead_command}: {exc!r}" if isinstance(exc, AMQPError) else
               f"walfeed dead {args.dead_command}: {exc}", file=sys.stderr)
@@ -65,6 +68,7 @@ class _Session:
         self.broker, self.queues, self.selection, self.limit, self.now = broker, queues, selection, limit, now
         self.database_url = database_url  # replaying a delivery channel's letters only
         self.selected = 0
+        self.unreadable = 0  # queues this broker user may not read
 
     @contextmanager
     def held(self) -> Iterator[list[tuple[Held, list[dl.Letter]]]]:
@@ -74,7 +78,13 @@ class _Session:
         try:
             for queue in self.queues:
                 want = None if self.limit is None else self.limit - self.selected
-                held = self.broker.hold(queue, self.selection.matches, want)
+                try:
+                    held = self.broker.hold(queue, self.selection.matches, want)
+                except NotReadable as exc:  # e.g. the fan-out worker's user on a delivery channel's dead queue
+                    print(f"{exc}: run `walfeed dead` with its consumer's broker user (docs/operations.md)",
+                          file=sys.stderr)
+                    self.unreadable += 1
+                    continue
                 if held is None:
                     print(f"{queue.name}: not declared yet (its consumer never started)", file=sys.stderr)
                     continue
