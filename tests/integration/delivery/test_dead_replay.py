@@ -27,9 +27,9 @@ QUEUE = "deliveries.webhook.dead"
 
 @pytest.fixture
 def walfeed(walfeed_env: dict[str, str]) -> Any:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(command(*args), env={**os.environ, **walfeed_env}, text=True, capture_output=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command(*args), env={**os.environ, **walfeed_env, **env}, text=True,
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
     return run
 
 
@@ -63,6 +63,11 @@ def test_a_delivery_dead_on_400_is_listed_and_once_replayed_is_delivered_with_it
     assert line.split()[1:] == ["HTTP", "<n>", "delivery.webhook", "1", line.split()[-1]]
     show = walfeed("dead", "show", "--queue", QUEUE)
     assert '"x-walfeed-attempts":1' in show.stdout and "x-walfeed-dead-at" in show.stdout, show.stdout
+
+    no_db = walfeed("dead", "replay", "--queue", QUEUE, WALFEED_DATABASE_URL="postgresql://127.0.0.1:1/walfeed")
+    assert no_db.returncode == 1 and "database unreachable at WALFEED_DATABASE_URL" in no_db.stderr, no_db.stderr
+    eventually(lambda: depth(channel, topology.delivery_dead_queue("webhook")) == 1, timeout=10,
+               what="the letter back in place")
 
     replayed = walfeed("dead", "replay", "--queue", QUEUE)
     assert replayed.returncode == 0 and "1 of 1 replayed" in replayed.stderr, replayed.stderr
