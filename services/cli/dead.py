@@ -16,8 +16,10 @@ from typing import IO, Final
 
 from pika.exceptions import AMQPError
 
+from services.cli import dead_deliveries as dd
 from services.cli import dead_letters as dl
-from services.cli.dead_broker import BrokerError, DeadBroker, Held
+from services.cli.dead_broker import BrokerError, DeadBroker, Held, NotReadable
+from services.cli.dead_rows import DeliveryRows
 from services.core.settings import Settings
 from services.core.topology import DeadLetterQueue, Topology
 
@@ -45,7 +47,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"walfeed dead {args.dead_command}: {exc}", file=sys.stderr)
         return 1
     try:
-        return _COMMANDS[args.dead_command](_Session(broker, queues, selection, limit, now), args)
+        session = _Session(broker, queues, selection, limit, now, settings.database_url)
+        code = _COMMANDS[args.dead_command](session, args)
+        # The queue asked for and not readable is not "no dead letters"; among all of them, a warning is enough (each
+        # consumer's broker user reads its own dead queue only, docs/operations.md).
+        return code or (1 if session.unreadable and args.queue else 0)
     except (BrokerError, AMQPError) as exc:  # AMQPError: the connection lost midway; held letters are back
         print(f"walfeed dead {args.dead_command}: {exc!r}" if isinstance(exc, AMQPError) else
               f"walfeed dead {args.dead_command}: {exc}", file=sys.stderr)
@@ -58,9 +64,11 @@ class _Session:
     """The queues and selection of one command, and the letters it holds."""
 
     def __init__(self, broker: DeadBroker, queues: list[DeadLetterQueue], selection: dl.Filter, limit: int | None,
-                 now: datetime) -> None:
+                 now: datetime, database_url: str) -> None:
         self.broker, self.queues, self.selection, self.limit, self.now = broker, queues, selection, limit, now
+        self.database_url = database_url  # replaying a delivery channel's letters only
         self.selected = 0
+        self.unreadable = 0  # queues this broker user may not read
 
     @contextmanager
     def held(self) -> Iterator[list[tuple[Held, list[dl.Letter]]]]:
@@ -70,7 +78,13 @@ class _Session:
         try:
             for queue in self.queues:
                 want = None if self.limit is None else self.limit - self.selected
-                held = self.broker.hold(queue, self.selection.matches, want)
+                try:
+                    held = self.broker.hold(queue, self.selection.matches, want)
+                except NotReadable as exc:  # e.g. the fan-out worker's user on a delivery channel's dead queue
+                    print(f"{exc}: run `walfeed dead` with its consumer's broker user (docs/operations.md)",
+                          file=sys.stderr)
+                    self.unreadable += 1
+                    continue
                 if held is None:
                     print(f"{queue.name}: not declared yet (its consumer never started)", file=sys.stderr)
                     continue
@@ -123,24 +137,70 @@ def _write(out: IO[bytes], letters: list[dl.Letter]) -> None:
 
 
 def _replay(session: _Session, args: argparse.Namespace) -> int:
-    with session.held() as holds:
+    with session.held() as holds, _delivery_rows(session, holds) as rows:
         letters = _all(holds)
         if args.dry_run:
+            unsent = [(letter, why) for held, chosen in holds for letter in chosen
+                      if (why := _why_kept(rows, held.queue, letter, set(), dry_run=True)) is not None]
             print(dl.render_groups(dl.groups(letters), session.now))
-            print(f"dry run: {len(letters)} would be replayed; nothing was changed")
+            print(f"dry run: {len(letters) - len(unsent)} would be replayed; nothing was changed")
+            _report_kept(unsent, "would stay dead")
             return 0
         pace, started, done = dl.Pace(args.rate), time.monotonic(), 0
+        kept: list[tuple[dl.Letter, str]] = []
+        replayed: set[int] = set()
         try:
             for held, chosen in holds:
                 for letter in chosen:
                     session.broker.sleep(pace.wait(done, time.monotonic() - started))
+                    why = _why_kept(rows, held.queue, letter, replayed)
+                    if why is not None:
+                        kept.append((letter, why))
+                        continue
                     session.broker.republish(held.queue, letter, dl.replay_headers(letter.headers))
                     held.remove(letter)  # only after the broker confirmed the copy
+                    if held.queue.delivery_channel is not None and (delivery := dd.delivery_id(letter.body)):
+                        replayed.add(delivery)
                     done += 1
                     _progress(done, len(letters), "replayed")
         finally:
             print(f"{done} of {len(letters)} replayed to where they came from", file=sys.stderr)
-    return 0
+            _report_kept(kept)
+    return 1 if kept else 0
+
+
+@contextmanager
+def _delivery_rows(session: _Session, holds: list[tuple[Held, list[dl.Letter]]]) -> Iterator[DeliveryRows | None]:
+    """The deliveries' database, when the selection holds letters of a delivery channel (no other command or queue
+    needs it)."""
+    if not any(held.queue.delivery_channel is not None and chosen for held, chosen in holds):
+        yield None
+        return
+    rows = DeliveryRows(session.database_url)
+    try:
+        yield rows
+    finally:
+        rows.close()
+
+
+def _why_kept(rows: DeliveryRows | None, queue: DeadLetterQueue, letter: dl.Letter, replayed: set[int],
+              dry_run: bool = False) -> str | None:
+    """None when the letter is to be sent back; else why it stays dead. A delivery's row is made PENDING first
+    (dead_deliveries.py): the letter alone would be acked unsent."""
+    if queue.delivery_channel is None or rows is None:
+        return None
+    delivery = dd.delivery_id(letter.body)
+    if delivery is None or delivery in replayed:
+        return dd.why_kept(delivery, None, replayed)
+    row = rows.look(delivery) if dry_run else rows.reset(delivery)
+    return dd.why_kept(delivery, row, replayed, dry_run)
+
+
+def _report_kept(kept: list[tuple[dl.Letter, str]], what: str = "left dead") -> None:
+    for letter, why in kept:
+        print(f"{what}: {letter.queue} message_id={letter.message_id}: {why}", file=sys.stderr)
+    if kept:
+        print(f"{len(kept)} {what} (`walfeed dead purge` removes what is not worth keeping)", file=sys.stderr)
 
 
 def _purge(session: _Session, args: argparse.Namespace) -> int:
@@ -160,7 +220,7 @@ def _purge(session: _Session, args: argparse.Namespace) -> int:
             print("nothing was purged")
             return 1
     shown = dataclasses.replace(session.selection, ids=frozenset(letter.message_id for letter in letters))
-    again = _Session(session.broker, session.queues, shown, session.limit, session.now)
+    again = _Session(session.broker, session.queues, shown, session.limit, session.now, session.database_url)
     done = 0
     with again.held() as holds:
         try:

@@ -22,12 +22,17 @@ from services.core.topology import DeadLetterQueue
 
 # After this long without a delivery, ask the queue whether it has anything ready left for us.
 IDLE: Final = 1.0
+ACCESS_REFUSED: Final = 403  # AMQP reply code
 _PROPERTIES: Final = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
                       "reply_to", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
 
 
 class BrokerError(Exception):
     """The broker cannot be reached or refused what the command asked; the message says which."""
+
+
+class NotReadable(BrokerError):
+    """This broker user may not read the queue (another process's user declared it, docs/adr/0060)."""
 
 
 class Refused(BrokerError):
@@ -102,12 +107,17 @@ class DeadBroker:
     def hold(self, queue: DeadLetterQueue, matches: Callable[[Letter], bool] = lambda _: True,
              want: int | None = None) -> Held | None:
         """A Held of the queue's ready letters (or as many as it takes for `want` to match); None if the queue is
-        not declared."""
+        not declared; NotReadable if this broker user may not consume from it."""
         expected = self.depth(queue.name)
         if expected is None:
             return None
         held = Held(self._conn.channel(), queue)
-        held.take(expected, matches, want, lambda: self.depth(queue.name))
+        try:
+            held.take(expected, matches, want, lambda: self.depth(queue.name))
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != ACCESS_REFUSED:
+                raise
+            raise NotReadable(f"{queue.name}: this broker user may not read it ({exc.reply_text})") from None
         return held
 
     def republish(self, queue: DeadLetterQueue, letter: Letter, headers: dict[str, Any]) -> None:

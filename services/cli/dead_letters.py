@@ -16,15 +16,19 @@ import orjson
 from services.core import durations
 from services.core.topology import DeadLetterQueue
 
-# The worker's headers (docs/events.md); this module reads them and a replayed copy starts without them.
+# The consumers' headers (docs/events.md, docs/amqp.md); this module reads them and a replayed copy starts without
+# them. The delivery workers write the same reason, attempts and dead-time headers as the fan-out worker, and two
+# of their own: a retry copy's due time, and the reason of a dead letter parked while the dead queue was full.
 REASON: Final = "x-walfeed-reason"
 ATTEMPTS: Final = "x-walfeed-attempts"
 ATTEMPT: Final = "x-walfeed-attempt"
 DEAD_AT: Final = "x-walfeed-dead-at"
+DUE: Final = "x-walfeed-due"
+PARKED: Final = "x-walfeed-dead"
 REPLAYS: Final = "x-walfeed-replays"  # how many times `walfeed dead replay` sent this message back
-_DROPPED_ON_REPLAY: Final = frozenset({REASON, ATTEMPTS, ATTEMPT, DEAD_AT, "x-death", "x-first-death-exchange",
-                                       "x-first-death-queue", "x-first-death-reason", "x-last-death-exchange",
-                                       "x-last-death-queue", "x-last-death-reason"})
+_DROPPED_ON_REPLAY: Final = frozenset({REASON, ATTEMPTS, ATTEMPT, DEAD_AT, DUE, PARKED, "x-death",
+                                       "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+                                       "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"})
 
 NO_REASON: Final = "(no reason header)"
 NO_TYPE: Final = "-"

@@ -30,7 +30,8 @@ def _dead(sub: SubParsers) -> None:  # type: ignore[type-arg]
     common.add_argument("--limit", type=int, help="at most this many letters")
     commands.add_parser("ls", parents=[common], help="counts and oldest age by queue, reason and type")
     commands.add_parser("show", parents=[common], help="letters with their headers (default --limit 20)")
-    replay = commands.add_parser("replay", parents=[common], help="publish back to the queue they came from")
+    replay = commands.add_parser("replay", parents=[common], help="publish back to the queue they came from "
+                                 "(a dead delivery made PENDING again first)")
     replay.add_argument("--dry-run", action="store_true", help="say what would be replayed, change nothing")
     replay.add_argument("--rate", type=float, default=0.0, help="at most this many per second (default: no limit)")
     purge = commands.add_parser("purge", parents=[common], help="delete letters for good (asks first)")

@@ -41,6 +41,9 @@ class DeadLetterQueue:
     origin: str  # the queue the letters were consumed from
     exchange: str
     routing_key: str
+    # A delivery channel's dead queue: each letter names a row of `deliveries`, which a replay makes PENDING again
+    # (docs/adr/0070); None for consumers whose letters are replayed by republishing alone.
+    delivery_channel: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,9 @@ class Topology:
         return (
             DeadLetterQueue(self.dead_queue, self.fanout_queue, self.settle_exchange, self.fanout_queue),
             DeadLetterQueue(notifier.dead_queue, notifier.queue, notifier.settle_exchange, notifier.queue),
+            *(DeadLetterQueue(self.delivery_dead_queue(channel), self.delivery_queue(channel),
+                              self.delivery_settle_exchange, self.delivery_queue(channel), channel)
+              for channel in DELIVERY_CHANNELS),
         )
 
     def queues(self) -> tuple[str, ...]:

@@ -3,6 +3,8 @@ publishes (retry hops and dead letters) through its own settle exchange."""
 
 from __future__ import annotations
 
+import time
+
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
@@ -48,7 +50,8 @@ def publish_hop(publisher: BlockingChannel, topology: Topology, name: str, delay
 
 def publish_dead(publisher: BlockingChannel, topology: Topology, name: str, reason: str, attempts: int,
                  body: bytes, props: pika.BasicProperties) -> None:
-    headers = route.copy_headers(props.headers, **{route.REASON_HEADER: reason, route.ATTEMPTS_HEADER: attempts})
+    headers = route.copy_headers(props.headers, **{route.REASON_HEADER: reason, route.ATTEMPTS_HEADER: attempts,
+                                                   route.DEAD_AT_HEADER: int(time.time())})
     headers.pop(route.DEAD_HEADER, None)
     headers.pop(route.DUE_HEADER, None)
     publisher.basic_publish(topology.delivery_settle_exchange, topology.delivery_dead_queue(name), body,

@@ -17,6 +17,7 @@ DUE_HEADER: Final = "x-walfeed-due"  # epoch milliseconds before which the copy 
 REASON_HEADER: Final = "x-walfeed-reason"  # why it was retried, or why it is a dead letter
 ATTEMPTS_HEADER: Final = "x-walfeed-attempts"  # tries made, on a dead letter
 DEAD_HEADER: Final = "x-walfeed-dead"  # a dead letter waiting because the dead queue was full: its reason
+DEAD_AT_HEADER: Final = "x-walfeed-dead-at"  # when it was dead-lettered, whole seconds since the epoch (as the worker)
 
 # Headers the broker adds when dead-lettering (RabbitMQ ignores client-set x-death since 3.13; we never read it).
 _BROKER_HEADERS: Final = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",

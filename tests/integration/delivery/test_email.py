@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import email
 import email.policy
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from testkit.processes import free_port
 from testkit.waiting import eventually
 from tests.integration.delivery import world
 from tests.integration.delivery.conftest import StartPipeline, dead_letters
+from tests.integration.ops.conftest import command, depth
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -95,6 +98,24 @@ def test_smtp_4xx_is_retried_and_5xx_is_dead(
     assert row["attempts"] == 1 and row["last_status_code"] == 550 and "no such mailbox" in row["response_excerpt"]
     (props, _), = eventually(lambda: dead_letters(channel, topology, "email"), what="dead letter")
     assert props.headers[route.REASON_HEADER] == "SMTP 550"
+
+
+def test_a_dead_mail_replayed_by_walfeed_dead_is_sent_once_the_mailbox_accepts(
+        db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline, channel: Channel, topology: Topology,
+        walfeed_env: dict[str, str]) -> None:
+    box, port = mailbox
+    box.replies = ["550 5.1.1 no such mailbox", "250 OK"]  # then the mailbox exists
+    bob = world.user(db, "bob", email="bob@example.test", email_kinds=("follow",))
+    start_pipeline("email", **_env(port))
+    dead = world.notify(db, bob, world.user(db, "alice"), email=True)
+    _settled(db, dead, "DEAD")
+    eventually(lambda: depth(channel, topology.delivery_dead_queue("email")) == 1, what="the dead letter")
+    replayed = subprocess.run(command("dead", "replay", "--queue", "deliveries.email.dead"),
+                              env={**os.environ, **walfeed_env}, text=True, capture_output=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    assert replayed.returncode == 0 and "1 of 1 replayed" in replayed.stderr, replayed.stderr
+    assert _settled(db, dead, "DELIVERED")["attempts"] == 1
+    assert box.tries == 2 and [rcpt for rcpt, _ in box.received] == [["bob@example.test"]]
 
 
 def test_the_email_worker_refuses_to_start_without_an_smtp_url(start_pipeline: StartPipeline) -> None:
