@@ -40,12 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pika
 import psycopg
 
 from bench.capacity import Meter, Pipeline
 from bench.lib import e2e, entry, infra, mentions, stats
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR, process_env
+from services.core.topology import Topology
 from services.delivery import signing
 from testkit.processes import free_port
 from testkit.waiting import eventually
@@ -134,10 +136,27 @@ def drain(path: Path, offset: int, book: Book, seconds: float) -> mentions.Match
         time.sleep(0.05)  # polling the receiver's records, bounded by the deadline
 
 
+STATUSES = "SELECT status, count(*) FROM deliveries WHERE id > %s GROUP BY status ORDER BY status"
+LAST_DELIVERY = "SELECT coalesce(max(id), 0) FROM deliveries"
+
+
+def dead_letters(prefix: str) -> int:
+    """Messages in the webhook channel's dead queue now."""
+    conn = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
+    try:
+        queue = Topology(prefix).delivery_dead_queue("webhook")
+        return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
 def run(load: Load, path: Path, meter: Meter, drain_s: float) -> dict[str, Any]:
-    """One paced run: its figures."""
+    """One paced run: its figures, with the run's deliveries by status and the dead queue after the drain (where
+    the missing ones are)."""
     book, stop = Book(), threading.Event()
     offset = receipts(path)[1]
+    with psycopg.connect(load.url, autocommit=True) as conn:
+        before = conn.execute(LAST_DELIVERY).fetchone()
     started = time.monotonic() + 0.2
     threads = [threading.Thread(target=writer, args=(load, book, i, started, stop), daemon=True)
                for i in range(load.writers)]
@@ -154,6 +173,8 @@ def run(load: Load, path: Path, meter: Meter, drain_s: float) -> dict[str, Any]:
         stop.set()
         for t in threads:
             t.join(10)
+    with psycopg.connect(load.url, autocommit=True) as conn:
+        statuses = {str(k): int(v) for k, v in conn.execute(STATUSES, (before[0] if before else 0,)).fetchall()}
     in_phase = [r for r in receipts(path, offset)[0] if r.verified and r.at <= started + wrote]
     summary = stats.summary(found.latencies_ms)
     expected = sum(len(users) for _, users in book.posts.values())
@@ -162,7 +183,7 @@ def run(load: Load, path: Path, meter: Meter, drain_s: float) -> dict[str, Any]:
             "p50_ms": summary["p50"], "p95_ms": summary["p95"], "p99_ms": summary["p99"], "max_ms": summary["max"],
             "received": len(found.latencies_ms), "missing": found.missing, "repeats": found.repeats,
             "unexpected": found.unexpected, "unverified": found.unverified, "errors": book.errors,
-            "wrote_s": wrote, "cpu": cpu}
+            "wrote_s": wrote, "deliveries": statuses, "dead_letters": dead_letters(meter.pipe.prefix), "cpu": cpu}
 
 
 def start(res: infra.Resources, url: str, receiver: subprocess.Popen[bytes]) -> Pipeline:
@@ -210,6 +231,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"{fmt(r['received_per_s'])} | {fmt(r['p50_ms'])} | {fmt(r['p95_ms'])} | {fmt(r['p99_ms'])} | "
         f"{fmt(r['max_ms'])} | {r['received']:,} | {r['missing']:,} | {r['repeats']} | {r['unexpected']} | "
         f"{r['unverified']} | {r['errors']} |", "",
+        "The run's deliveries by status after the drain: "
+        + (", ".join(f"{k} {v:,}" for k, v in r["deliveries"].items()) or "none")
+        + f"; the webhook dead queue holds {r['dead_letters']:,} letters (`walfeed dead ls` says why).", "",
         "CPU over the writing phase, in cores:", "",
         "| " + " | ".join(components) + " | machine busy |", "|---" * (len(components) + 1) + "|",
         "| " + " | ".join(fmt(cpu[c], 2) for c in components) + f" | {fmt(cpu.get('machine'), 2)} |", "",
@@ -254,9 +278,9 @@ def main() -> int:
             return Load(url, rate, total, max(2, min(32, math.ceil(rate / 100))), first, args.recipients)
 
         warm = run(load(10, 2.0), path, meter, drain_s=60.0)  # connections, prepared statements, queues declared
-        if warm["missing"]:
-            raise RuntimeError(f"warm-up: {warm['missing']} of {warm['mentions']} webhooks not received in 60 s; "
-                               f"see the logs in {out / 'logs'}")
+        if not warm["received"]:
+            raise RuntimeError(f"warm-up: none of {warm['mentions']} webhooks received in 60 s; see the logs in "
+                               f"{out / 'logs'}")
         print(f"{args.seconds:.0f} s at {args.rate:,.0f} posts/s", file=sys.stderr, flush=True)
         result = {"meta": meta, "run": run(load(args.rate, args.seconds), path, meter, args.drain)}
     meta["load_after"] = entry.load_avg()
