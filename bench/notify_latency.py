@@ -277,9 +277,9 @@ def main() -> int:
             total = max(1, stats.due(seconds, rate, 10**9) - 1)
             return Load(url, rate, total, max(2, min(32, math.ceil(rate / 100))), first, args.recipients)
 
-        warm = run(load(10, 2.0), path, meter, drain_s=60.0)  # connections, prepared statements, queues declared
+        warm = run(load(10, 2.0), path, meter, drain_s=20.0)  # connections, prepared statements, queues declared
         if not warm["received"]:
-            raise RuntimeError(f"warm-up: none of {warm['mentions']} webhooks received in 60 s; see the logs in "
+            raise RuntimeError(f"warm-up: none of {warm['mentions']} webhooks received in 20 s; see the logs in "
                                f"{out / 'logs'}")
         print(f"{args.seconds:.0f} s at {args.rate:,.0f} posts/s", file=sys.stderr, flush=True)
         result = {"meta": meta, "run": run(load(args.rate, args.seconds), path, meter, args.drain)}
