@@ -121,7 +121,8 @@ def start(res: infra.Resources, kind: str, url: str) -> Pipeline:
 
 
 class Meter:
-    """CPU seconds per component of one pipeline between `start()` and `stop()`, in cores (CPU s per s)."""
+    """CPU seconds per component of one pipeline between `start()` and `stop()`, in cores (CPU s per s): each of
+    its processes' components (`Pipeline.procs`, with their descendants), postgres, rabbitmq and loadgen."""
 
     def __init__(self, pipe: Pipeline, admin: psycopg.Connection[Any]) -> None:
         self.pipe, self.admin = pipe, admin
@@ -147,8 +148,8 @@ class Meter:
         spent = proc.spent(self.before[1], after[1])
         backends = {c.removeprefix("postgres:"): v / seconds for c, v in spent.items() if c.startswith("postgres:")}
         spent["postgres"] = sum(v for c, v in spent.items() if c.startswith("postgres:"))
-        out: dict[str, Any] = {c: spent.get(c, 0.0) / seconds for c in COMPONENTS
-                               if c != "api" or self.pipe.kind == "http"}
+        out: dict[str, Any] = {c: spent.get(c, 0.0) / seconds
+                               for c in (*self.pipe.procs, "postgres", "rabbitmq", "loadgen")}
         out["machine"] = proc.cores_busy(self.before[2], after[2])
         out["postgres_by_application"] = backends  # whose backends the database's CPU went to
         return out

@@ -8,13 +8,13 @@ relay, worker and API benchmarks against their ceilings, in one command, with a 
    paced writers at 100 and 1,000 posts/s, measuring post commit -> rows in all followers' timelines
    (bench/lib/e2e.py) and the database load of the same phase (bench/lib/dbload.py). Repeated --reps times,
    sources interleaved within each repetition; medians over repetitions.
-2. bench/relay_throughput.py, fanout_throughput.py, api_latency.py and capacity.py as subprocesses
-   (bench/lib/scripts.py), parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench, POST p99 100k /
-   10 followers; the capacity knee and the most posts/s delivered, per writer kind (its own report and plot in
-   the capacity/ subfolder).
+2. bench/relay_throughput.py, fanout_throughput.py, api_latency.py, capacity.py and notify_latency.py as
+   subprocesses (bench/lib/scripts.py), parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench,
+   POST p99 100k / 10 followers; the capacity knee and the most posts/s delivered, per writer kind (its own report
+   and plot in the capacity/ subfolder); mention -> webhook received p50/p99 at 100 posts/s (notify/).
 3. report.json, report.md, samples.json and PNG plots in the results folder.
 
-Full mode: ~15 minutes on a 2-core machine; --quick: ~5 minutes. Everything it creates is removed at the end,
+Full mode: ~17 minutes on a 2-core machine; --quick: ~6 minutes. Everything it creates is removed at the end,
 also on Ctrl-C. Needs matplotlib in the venv (the `bench` extra).
 """
 

@@ -1,5 +1,5 @@
-"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py, api_latency.py and
-capacity.py.
+"""Figures out of the printed summaries of bench/relay_throughput.py, fanout_throughput.py, api_latency.py,
+capacity.py and notify_latency.py.
 
 Those scripts print for people and have no JSON output yet; these parsers look for the summary lines by their
 words, not by position, accept thousands separators and extra spaces, and report which figure they could not find
@@ -78,6 +78,14 @@ CAPACITY = {
 }
 
 
+NOTIFY = {  # "mention -> webhook received at 100.0 posts/s: p50 8.2 ms, p99 36.1 ms, missing 0"
+    "notify_posts_per_s": r"^mention -> webhook received at\s+" + NUM + r"\s*posts/s",
+    "notify_p50_ms": r"^mention -> webhook received.*?p50\s+" + NUM + r"\s*ms",
+    "notify_p99_ms": r"^mention -> webhook received.*?p99\s+" + NUM + r"\s*ms",
+    "notify_missing": r"^mention -> webhook received.*?missing\s+" + NUM,
+}
+
+
 def relay(text: str) -> dict[str, Any]:
     return _find(RELAY, text)
 
@@ -94,4 +102,8 @@ def capacity(text: str) -> dict[str, Any]:
     return _find(CAPACITY, text)
 
 
-PARSERS = {"relay": relay, "fanout": fanout, "api": api, "capacity": capacity}
+def notify(text: str) -> dict[str, Any]:
+    return _find(NOTIFY, text)
+
+
+PARSERS = {"relay": relay, "fanout": fanout, "api": api, "capacity": capacity, "notify": notify}

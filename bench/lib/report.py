@@ -112,6 +112,14 @@ def capacity_table(scripts: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def notify_table(scripts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Mention -> webhook received at 100 posts/s (bench/notify_latency.py), medians over its runs."""
+    med = scripts.get("notify", {}).get("median", {})
+    return ["| posts/s written | p50 ms | p99 ms | missing after the drain |", "|---|---|---|---|",
+            f"| {fmt(med.get('notify_posts_per_s', math.nan))} | {fmt(med.get('notify_p50_ms', math.nan))} | "
+            f"{fmt(med.get('notify_p99_ms', math.nan))} | {fmt(med.get('notify_missing', math.nan), 0)} |"]
+
+
 def run_notes(e2e: Mapping[str, Mapping[str, Sequence[Mapping[str, float]]]], drain: float) -> list[str]:
     """What the reader must know about the latency runs: rates not reached, posts that never became visible."""
     notes = []
@@ -149,6 +157,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     if "capacity" in report.get("scripts", {}):
         out += ["## Capacity: the highest offered rate sustained (p99 < 1 s, no growing backlog; bench/capacity.py, "
                 "report and plot in capacity/)", "", *capacity_table(report["scripts"]), ""]
+    if "notify" in report.get("scripts", {}):
+        out += ["## Notifications: post commit -> mention webhook received (bench/notify_latency.py, report in "
+                "notify/)", "", *notify_table(report["scripts"]), ""]
     notes = report.get("notes", [])
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]

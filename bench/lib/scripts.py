@@ -28,12 +28,15 @@ PLAN: dict[str, tuple[str, list[str], list[str], int, int]] = {
             ["--requests", "200", "--rounds", "5", "--seconds", "3", "--pairs", "3"], 1, 2),
     "capacity": ("bench.capacity", ["--quick", "--steps", "250,1000", "--seconds", "3", "--drain", "10"],
                  ["--steps", "250,500,1000,2000", "--seconds", "8", "--drain", "20"], 1, 1),
+    "notify": ("bench.notify_latency", ["--seconds", "3", "--drain", "20"], ["--seconds", "10", "--drain", "30"], 1, 1),
 }
 # seconds per run: quick, full
-ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0)}
+ESTIMATE = {"relay": (25.0, 80.0), "fanout": (25.0, 60.0), "api": (30.0, 60.0), "capacity": (70.0, 200.0),
+            "notify": (30.0, 45.0)}
 TIMEOUT = (150.0, 240.0)  # seconds one run may take (quick, full): then SIGINT, so that it still cleans up
 TIMEOUTS = {"capacity": (240.0, 480.0)}  # scripts that take longer than TIMEOUT
-OUT = {"capacity", "fanout", "relay", "api"}  # scripts with a results folder of their own (--out): run_all's subfolder
+# scripts with a results folder of their own (--out): run_all's subfolder
+OUT = {"capacity", "fanout", "relay", "api", "notify"}
 CLEANUP = 60.0  # seconds a script may take to clean up after its SIGINT: then SIGKILL
 
 

@@ -18,6 +18,7 @@ REASON_HEADER: Final = "x-walfeed-reason"  # why it was retried, or why it is a 
 ATTEMPTS_HEADER: Final = "x-walfeed-attempts"  # tries made, on a dead letter
 DEAD_HEADER: Final = "x-walfeed-dead"  # a dead letter waiting because the dead queue was full: its reason
 DEAD_AT_HEADER: Final = "x-walfeed-dead-at"  # when it was dead-lettered, whole seconds since the epoch (as the worker)
+UNSEEN_HEADER: Final = "x-walfeed-unseen"  # times the delivery's row was looked for and not visible yet
 
 # Headers the broker adds when dead-lettering (RabbitMQ ignores client-set x-death since 3.13; we never read it).
 _BROKER_HEADERS: Final = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
@@ -46,6 +47,11 @@ def _int(headers: Mapping[str, object] | None, name: str) -> int | None:
 def attempt_of(headers: Mapping[str, object] | None) -> int:
     value = _int(headers, ATTEMPT_HEADER)
     return value if value is not None and value >= 1 else 1
+
+
+def unseen_of(headers: Mapping[str, object] | None) -> int:
+    value = _int(headers, UNSEEN_HEADER)
+    return value if value is not None and value >= 0 else 0
 
 
 def due_of(headers: Mapping[str, object] | None) -> int:

@@ -101,6 +101,22 @@ def test_capacity_summary_and_its_report_section() -> None:
     assert "## Capacity" not in report.markdown({"scripts": {}})  # not run: no section
 
 
+NOTIFY_OUT = """| 100 | 99.4 | 146.9 | 137.2 | 26.2 | 87.0 | 254.4 | 512.4 | 414 | 29 | 0 | 0 | 0 | 0 |
+mention -> webhook received at 99.4 posts/s: p50 26.2 ms, p99 1,254.4 ms, missing 29
+results in /tmp/x
+"""
+
+
+def test_notify_summary_and_its_report_section() -> None:
+    n = parse.notify(NOTIFY_OUT)
+    assert n == {"notify_posts_per_s": 99.4, "notify_p50_ms": 26.2, "notify_p99_ms": 1254.4, "notify_missing": 29.0,
+                 "missing": []}
+    scripts = {"notify": {"runs": [n], "median": report.script_medians([n])}}
+    assert "| 99.4 | 26.2 | 1,254 | 29 |" in report.markdown({"scripts": scripts})
+    assert "## Notifications" not in report.markdown({"scripts": {}})  # not run: no section
+    assert set(parse.notify("")["missing"]) == set(parse.NOTIFY)
+
+
 def test_a_changed_or_failed_output_names_what_is_missing() -> None:
     f = parse.relay("Traceback (most recent call last):\n  ...\nConnectionError\n")
     assert set(f["missing"]) == set(parse.RELAY)

@@ -86,7 +86,7 @@ def test_the_planned_phases_fit_the_time_limits() -> None:
     full = run_all.plan(run_all.FULL, infra.SOURCES, with_scripts=True)
     quick = run_all.plan(run_all.QUICK, infra.SOURCES, with_scripts=True)
     assert sum(s for _, s in full) < 17 * 60
-    assert sum(s for _, s in quick) < 5.5 * 60
+    assert sum(s for _, s in quick) < 6 * 60  # 5.5 before bench/notify_latency.py
     assert sum(1 for name, _ in full if "idle" in name) == len(infra.SOURCES)  # once per source
 
 

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from services.core import events as ev
+from services.core.topology import DELIVERY_RETRY_DELAYS_MS
 from services.delivery import policy, processing, route
 from services.delivery.payload import Delivery
 
@@ -154,8 +155,26 @@ def test_malformed_messages_are_dead_letters(body: bytes, reason: str) -> None:
     assert isinstance(outcome, processing.DeadLetter) and reason in outcome.reason
 
 
-def test_an_unknown_delivery_is_a_dead_letter() -> None:
-    assert _processor(FakeStore(), FakeSender()).handle(_body(7), None) == processing.DeadLetter("no delivery 7", 1)
+def test_an_unknown_delivery_is_looked_for_again_at_the_shortest_hop_then_is_a_dead_letter() -> None:
+    processor, headers = _processor(FakeStore(), FakeSender()), None
+    for unseen in range(1, processing.UNSEEN_TRIES + 1):
+        outcome = processor.handle(_body(7), headers)
+        assert isinstance(outcome, processing.Hop) and outcome.delay_ms == DELIVERY_RETRY_DELAYS_MS[0]
+        assert outcome.headers[route.UNSEEN_HEADER] == unseen
+        assert outcome.headers[route.DUE_HEADER] == NOW_MS + DELIVERY_RETRY_DELAYS_MS[0]
+        headers = {**outcome.headers, route.DUE_HEADER: NOW_MS}  # back from the retry queue, due
+    assert processor.handle(_body(7), headers) == processing.DeadLetter("no delivery 7", 1)
+
+
+def test_a_delivery_visible_at_the_second_look_is_sent_without_spending_an_attempt() -> None:
+    store, sender = FakeStore(), FakeSender([policy.Answer(204)])
+    processor = _processor(store, sender)
+    outcome = processor.handle(_body(1), None)
+    assert isinstance(outcome, processing.Hop) and not sender.sent and not store.records
+    store.rows[1] = _delivery(1)
+    assert processor.handle(_body(1), {**outcome.headers, route.DUE_HEADER: NOW_MS}) == processing.ACK
+    assert sender.sent == [1]
+    assert [(r[1], r[2]["attempts"]) for r in store.records] == [(policy.DELIVERED, 1)]
 
 
 def test_a_parked_dead_letter_goes_to_the_dead_queue_again() -> None:
