@@ -21,8 +21,9 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
+from services.core import acks
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
-from services.delivery import acks, broker, metrics, processing, route
+from services.delivery import broker, metrics, processing, route
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core import sdnotify, tracecontext, tracing
+from services.core import acks, sdnotify, tracecontext, tracing
 from services.core.events import Event
 from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
@@ -188,7 +188,7 @@ class Session:
                 continue
             acked.add(delivery.tag)
             metrics.observe(result)
-        for tag, multiple in policy.ack_frames(self._unsettled, acked):
+        for tag, multiple in acks.frames(self._unsettled, acked):
             channel.basic_ack(tag, multiple=multiple)
         for tag in acked:
             del self._unsettled[tag]

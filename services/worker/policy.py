@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -143,20 +143,6 @@ def should_trim(post_id: int) -> bool:
 def backfill_floor(found: int, smallest: int | None, limit: int) -> int | None:
     """After backfilling `limit` of `found` (asked for limit + 1) posts: the floor to raise to, if older ones exist."""
     return smallest if found > limit and smallest is not None else None
-
-
-def ack_frames(unacked: Iterable[int], done: Collection[int]) -> list[tuple[int, bool]]:
-    """The basic.ack frames (delivery tag, multiple) that settle exactly `done`, given every tag the channel has
-    not settled yet in delivery order: one multiple ack for the longest run of the oldest unsettled tags that are
-    all done, then single acks for the rest (a multiple ack there would settle messages still being worked on)."""
-    prefix_end = None
-    for tag in unacked:
-        if tag not in done:
-            break
-        prefix_end = tag
-    frames = [] if prefix_end is None else [(prefix_end, True)]
-    frames += [(tag, False) for tag in sorted(done) if prefix_end is None or tag > prefix_end]
-    return frames
 
 
 def reason_text(exc: BaseException, limit: int = 500, *, with_type: bool = True) -> str:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.core import acks
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
-from services.delivery import acks, policy, route
+from services.delivery import policy, route
 from services.delivery.policy import DEAD, DELIVERED, RETRYING, Answer, NoAnswer, Refused
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.core import acks
 from services.core import events as ev
-from services.worker import decide, fanout, policy
+from services.worker import decide, fanout
 from services.worker.policy import Dead, Retry, RetryPolicy
 
 
@@ -73,7 +74,7 @@ def test_a_missing_post_or_another_author_is_inconsistent_data() -> None:
 def test_ack_frames_settle_exactly_the_done_tags(done_flags: list[bool], first: int) -> None:
     unacked = list(range(first, first + len(done_flags)))
     done = {t for t, flag in zip(unacked, done_flags, strict=True) if flag}
-    frames = policy.ack_frames(unacked, done)
+    frames = acks.frames(unacked, done)
     settled: set[int] = set()
     for tag, multiple in frames:
         settled |= {t for t in unacked if t <= tag} if multiple else {tag}
@@ -82,9 +83,9 @@ def test_ack_frames_settle_exactly_the_done_tags(done_flags: list[bool], first: 
 
 
 def test_ack_frames_use_one_multiple_ack_for_a_done_prefix() -> None:
-    assert policy.ack_frames([4, 5, 6, 7], {4, 5, 6, 7}) == [(7, True)]
-    assert policy.ack_frames([4, 5, 6, 7], {4, 5, 7}) == [(5, True), (7, False)]
-    assert policy.ack_frames([4, 5, 6, 7], {6}) == [(6, False)]
+    assert acks.frames([4, 5, 6, 7], {4, 5, 6, 7}) == [(7, True)]
+    assert acks.frames([4, 5, 6, 7], {4, 5, 7}) == [(5, True), (7, False)]
+    assert acks.frames([4, 5, 6, 7], {6}) == [(6, False)]
 
 
 def test_poison_is_dead_at_once_and_an_expected_failure_keeps_to_its_own_budget() -> None:

@@ -1,9 +1,11 @@
-"""Which deliveries to acknowledge now, in as few frames as possible. Pure.
+"""Which messages to acknowledge now, in as few frames as possible: the fan-out worker's, the notifier's and the
+delivery workers' consumers. Pure.
 
 Each basic.ack is a write on the connection's thread, which also receives and hands out every message: at a few
 hundred deliveries per second, acking one by one kept that thread busy most of the time. Finished messages wait
-until the oldest unsettled one is finished and go in one `multiple` ack; finished messages held behind a slow one
-(a receiver that takes its time) are acked one by one once more than `hold` wait, so they never fill the prefetch.
+until the oldest unsettled one is finished and go in one `multiple` ack (a multiple ack past an unfinished one
+would settle a message still being worked on); finished messages held behind a slow one are acked one by one once
+more than `hold` wait, so they never fill the prefetch. `hold=0`: every finished message is acked now.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 
-def frames(unsettled: Iterable[int], done: Collection[int], hold: int) -> list[tuple[int, bool]]:
+def frames(unsettled: Iterable[int], done: Collection[int], hold: int = 0) -> list[tuple[int, bool]]:
     """The (delivery tag, multiple) ack frames to send, given every unsettled tag in delivery order and the finished
     ones among them."""
     prefix_end = None
