@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from services.core.settings import Settings
@@ -100,3 +102,10 @@ def pytest_runtest_makereport(item: pytest.Item,
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to this test's database (tuple rows, transactions: roll back or commit between reads)."""
+    with psycopg.connect(database_url) as conn:
+        yield conn

@@ -8,7 +8,6 @@ from typing import Any, Protocol
 
 import pika
 import pika.exceptions
-import psycopg
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
@@ -35,12 +34,6 @@ DELIVER_ENV = {
     "WALFEED_DELIVERY_METRICS_PORT": "0",
 }
 RELAY_ENV = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_RELAY_STATUS_INTERVAL": "1"}
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(database_url) as conn:
-        yield conn
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import pika
 import pika.exceptions
-import psycopg
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
@@ -27,12 +25,6 @@ NOTIFIER_ENV = {
     "WALFEED_NOTIFIER_MAX_ATTEMPTS": "5",
 }
 
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(database_url) as conn:
-        yield conn
 
 
 @pytest.fixture

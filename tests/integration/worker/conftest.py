@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import pika
 import pika.exceptions
-import psycopg
 import pytest
 
 from services.core.topology import Topology
@@ -23,12 +21,6 @@ WORKER_ENV = {
     "WALFEED_WORKER_RETRY_CAP": "0.2",
     "WALFEED_WORKER_MAX_ATTEMPTS": "3",
 }
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(database_url) as conn:
-        yield conn
 
 
 @pytest.fixture
