@@ -20,23 +20,20 @@ No worker runs: the numbers are the API's own cost (no fan-out happens in the re
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import re
 import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import cast
 
 import httpx
 import psycopg
 
-from bench.lib import entry, infra, otlp_sink, proc
+from bench.lib import closedloop, entry, infra, otlp_sink, proc
+from bench.lib.closedloop import load
 from bench.lib.stats import percentile
 from services.api import sql
 from testkit.processes import free_port
@@ -102,68 +99,6 @@ def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, s
     print(f"  p99 ratio big/small = {statistics.median(ratios):.2f} (median of {rounds} rounds; target <= 1.2)")
 
 
-class _KeepAlive(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection sending the same prepared request until the deadline: a minimal
-    wrk-like client (httpx would spend more CPU than the server on this 2-core machine). Counts responses and
-    requires the expected status line."""
-
-    def __init__(self, request: bytes, expect: bytes, deadline: float, done: asyncio.Future[int]) -> None:
-        self.request, self.expect, self.deadline, self.done = request, expect, deadline, done
-        self.buffer, self.count = b"", 0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # a TCP transport (uvloop's is no subclass)
-        self.transport.write(self.request)
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.buffer += data
-        while (head_end := self.buffer.find(b"\r\n\r\n")) >= 0:
-            head = self.buffer[:head_end]
-            at = head.lower().find(b"content-length:")
-            length = int(head[at + 15:head.find(b"\r\n", at) if head.find(b"\r\n", at) > 0 else None]) if at >= 0 else 0
-            if len(self.buffer) < head_end + 4 + length:
-                return
-            if not head.startswith(self.expect):
-                self.transport.close()
-                if not self.done.done():
-                    self.done.set_exception(AssertionError(head[:200]))
-                return
-            self.buffer = self.buffer[head_end + 4 + length:]
-            self.count += 1
-            if time.perf_counter() < self.deadline:
-                self.transport.write(self.request)
-            else:
-                self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_result(self.count)
-
-
-async def _load(port: int, requests: list[bytes], expect: bytes, clients: int, seconds: float) -> float:
-    loop = asyncio.get_running_loop()
-    started = time.perf_counter()
-    futures = []
-    for k in range(clients):
-        done: asyncio.Future[int] = loop.create_future()
-        await loop.create_connection(lambda k=k, done=done: _KeepAlive(requests[k % len(requests)], expect,  # type: ignore[misc]
-                                                                      started + seconds, done), "127.0.0.1", port)
-        futures.append(done)
-    counts = await asyncio.gather(*futures)
-    return sum(counts) / (time.perf_counter() - started)
-
-
-def load(port: int, requests: list[bytes], expect: bytes, clients: int, seconds: float) -> float:
-    """Requests per second over `clients` keep-alive connections (uvloop when installed: cheaper still)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(_load(port, requests, expect, clients, seconds))
-    return uvloop.run(_load(port, requests, expect, clients, seconds))
-
-
 def post_requests(auths: list[dict[str, str]]) -> list[bytes]:
     body = b'{"body": "bench post"}'
     return [(f"POST /v1/posts HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {a['Authorization']}\r\n"
@@ -183,19 +118,7 @@ def pgbench_script() -> str:
 
 
 def pgbench_tps(url: str, clients: int, seconds: int) -> float:
-    binary = "/usr/lib/postgresql/15/bin/pgbench"
-    if not os.path.exists(binary):
-        binary = "pgbench"
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-        script.write(pgbench_script())
-    try:
-        out = subprocess.run([binary, "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(seconds),
-                              "-f", script.name, url], capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(script.name)
-    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
-    assert match, out
-    return float(match.group(1))
+    return closedloop.pgbench_tps(url, pgbench_script(), clients, seconds)
 
 
 class CpuMeter:
