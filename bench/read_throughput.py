@@ -64,7 +64,6 @@ INSERT INTO timelines (user_id, post_id, author_id)
                         WHERE f.follower_id = r AND p.fanned_out ORDER BY p.id DESC LIMIT %(cap)s) x;
 UPDATE users u SET timeline_floor = m.floor FROM (SELECT user_id, min(post_id) floor FROM timelines GROUP BY 1) m
     WHERE u.id = m.user_id;
-ANALYZE;
 """
 
 BARE = """
@@ -167,6 +166,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
         seed = {"authors": AUTHORS, "celebrities": CELEBRITIES, "readers": args.readers, "follows": args.follows,
                 "posts": POSTS_EACH, "cap": CAP}
         psycopg.ClientCursor(conn).execute(SEED, seed)
+        conn.execute("VACUUM (ANALYZE)")  # visibility map set, as autovacuum keeps it on a server that runs it
     first, last = AUTHORS + 1, AUTHORS + args.readers
     port = free_port()
     api = res.start("api", ["api", "--port", str(port)], {
