@@ -161,6 +161,7 @@ class Recovery:
         _name, start, snapshot, _plugin = cur.fetchone()
         with tx.cursor() as tcur:
             tcur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))  # first statement of the transaction
+        repl.close()  # imported: the snapshot lives on in `tx`; no idle walsender while republishing
         log.info("created replication slot", extra={"slot": self._slot, "lsn": start})
         return str(start)
 

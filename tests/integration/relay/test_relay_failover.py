@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from testkit.waiting import eventually
-from tests.integration.relay.conftest import StartRelay, Watcher, current_lsn, write_events
+from tests.integration.relay.conftest import StartRelay, Watcher, assert_published_as_spec, current_lsn, write_events
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +83,9 @@ def test_a_missing_slot_is_created_and_uncovered_rows_republished_first(
     eventually(lambda: watcher.has_all(after), timeout=30, what="streaming again")
     counts = Counter(watcher.ids()[mark:])
     assert set(counts) == lost_without_recovery | after  # covered rows are not sent again
+    first_of_a_txn = next(m.properties.message_id for m in watcher.messages[mark:]
+                          if m.properties.message_id in lost_without_recovery and b'"aggregate_id":"1"' in m.body)
+    assert_published_as_spec(watcher, first_of_a_txn)  # a republished event is the message the slot would send
     assert max(counts.values()) == 1  # the slot's exported snapshot: nothing both republished and streamed
     sysid, timeline, _next = server(database_url)
     found = checkpoint(database_url, slot_name)
