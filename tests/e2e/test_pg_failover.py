@@ -9,6 +9,7 @@ standby cut off before the crash, and closed by synchronous_standby_names (the c
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import signal
@@ -21,6 +22,8 @@ import psycopg
 import pytest
 
 from services.api import sql as api_sql
+from services.cli import rebuild
+from services.core.settings import Settings
 from testkit.pgcluster import Node, PgCluster
 from testkit.processes import Process, Processes
 from testkit.waiting import eventually
@@ -110,17 +113,11 @@ def outbox_ids(url: str) -> set[str]:
 
 
 def timelines_converged(url: str) -> bool:
-    """Every user's timeline holds the posts of whom they follow and their own, and nothing else."""
-    with psycopg.connect(url) as conn:
-        differ = conn.execute("""
-            WITH expected AS (
-                SELECT u.id AS user_id, p.id AS post_id FROM users u JOIN posts p
-                  ON p.author_id = u.id OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = u.id)
-                WHERE p.deleted_at IS NULL)
-            SELECT count(*) FROM ((SELECT * FROM expected EXCEPT SELECT user_id, post_id FROM timelines)
-                                  UNION ALL (SELECT user_id, post_id FROM timelines EXCEPT SELECT * FROM expected)) d
-        """).fetchone()
-    return differ is not None and differ[0] == 0
+    """Every user's timeline equals its definition (posts of whom they follow and their own, the cap and floor of
+    ADR 0023 included): `walfeed rebuild timelines --all --check` finds no user that differs (ADR 0073)."""
+    settings = Settings.from_env({"WALFEED_DATABASE_URL": url})
+    return rebuild.run(settings, users=[], all_users=True, after=0, check=True, batch_size=100, settle=0,
+                       out=io.StringIO(), progress=io.StringIO()) == 0
 
 
 def converged_within(url: str, seconds: float) -> bool:
@@ -245,9 +242,9 @@ def test_writes_the_standby_never_received_are_gone_with_their_events_and_nothin
     # The worker's own writes in that window are gone too, and the broker no longer holds their events when the
     # checkpoint covered them: the runbook's step after a failover that lost writes repairs the timelines.
     converged_alone = converged_within(new_url, 20)
-    rebuild = processes.start("rebuild", "rebuild", "timelines", "--all",
-                              env={"WALFEED_DATABASE_URL": new_url, "WALFEED_SLOT": slot_name})
-    assert rebuild.wait(120) == 0, rebuild.log()[-3000:]
+    repair = processes.start("rebuild", "rebuild", "timelines", "--all",
+                             env={"WALFEED_DATABASE_URL": new_url, "WALFEED_SLOT": slot_name})
+    assert repair.wait(120) == 0, repair.log()[-3000:]
     print(f"timelines converged before the rebuild: {converged_alone}")
     assert timelines_converged(new_url)
 
