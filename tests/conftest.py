@@ -2,6 +2,7 @@
 
 Per test: `walfeed_env` gives a fresh database (schema + its own wal2json slot) and its own AMQP prefix;
 `processes` starts real `walfeed` subprocesses with that environment and kills leftovers at teardown.
+`pg_cluster` / `fresh_pg_cluster`: a private Postgres primary with a streaming standby (testkit/pgcluster.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from services.core.settings import Settings
 from services.core.topology import Topology
 from testkit import infra as infra_mod
-from testkit import resources
+from testkit import pgcluster, resources
 from testkit.infra import Infra
 from testkit.processes import Processes
 
@@ -94,6 +95,31 @@ def processes(walfeed_env: dict[str, str], tmp_path: Path, request: pytest.Fixtu
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(procs.logs())
+
+
+def _pg_cluster(request: pytest.FixtureRequest) -> Iterator[pgcluster.PgCluster]:
+    reason = pgcluster.missing()
+    if reason:
+        pytest.skip(f"no private Postgres cluster: {reason}")
+    with pgcluster.provide(standbys=1) as cluster:
+        yield cluster
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(cluster.logs())
+
+
+@pytest.fixture(scope="module")
+def pg_cluster(request: pytest.FixtureRequest) -> Iterator[pgcluster.PgCluster]:
+    """A private primary + one streaming standby shared by a test module (the machine's Postgres is untouched).
+    Tests that promote or stop a node take `fresh_pg_cluster`; each test makes its own database on it
+    (`pg_cluster.migrated_database(slot)`)."""
+    yield from _pg_cluster(request)
+
+
+@pytest.fixture
+def fresh_pg_cluster(request: pytest.FixtureRequest) -> Iterator[pgcluster.PgCluster]:
+    """A private primary + one streaming standby of this test's own: promote, crash or stop nodes freely."""
+    yield from _pg_cluster(request)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -49,6 +49,13 @@ REVOKE ALL ON FUNCTION walfeed_outbox_watermark(text, boolean), walfeed_prune_ba
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION walfeed_outbox_watermark(text, boolean), walfeed_prune_batch(text, interval, integer)
     TO {relay};
+-- relay's failover checkpoint (docs/adr/0091): read at start to recognise a new primary, written only through the
+-- functions of 013_relay_checkpoint.sql; the republish reads the outbox rows the checkpoint does not cover.
+GRANT SELECT ON relay_checkpoints TO {relay};
+REVOKE ALL ON FUNCTION walfeed_relay_checkpoint(text), walfeed_relay_checkpoint_reset(text, xid8, pg_lsn),
+    walfeed_relay_checkpoint_forget(text), walfeed_relay_unconfirmed(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION walfeed_relay_checkpoint(text), walfeed_relay_checkpoint_reset(text, xid8, pg_lsn),
+    walfeed_relay_checkpoint_forget(text), walfeed_relay_unconfirmed(text) TO {relay};
 
 -- worker (services/worker/sql.py): fan-out into timelines, the post's decision, the timeline floor, the outbox
 -- row of an event (visibility and authenticity checks), its idempotency records.

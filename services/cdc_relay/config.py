@@ -12,6 +12,7 @@
 | `WALFEED_RELAY_LAG_INTERVAL` | 5 | seconds between slot lag measurements (and outbox size measurements) |
 | `WALFEED_RELAY_PRUNE_OLDER_THAN` | unset: off | prune on a timer what was confirmed this long ago (`7d`, ADR 0071) |
 | `WALFEED_RELAY_PRUNE_INTERVAL` | 300 | seconds between two prunes |
+| `WALFEED_RELAY_CHECKPOINT_INTERVAL` | 1 | seconds between two looks at the failover checkpoint (ADR 0091) |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class RelaySettings:
     lag_interval: float = 5.0
     prune_older_than: timedelta | None = None  # None: the relay does not prune
     prune_interval: float = 300.0
+    checkpoint_interval: float = 1.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RelaySettings:
@@ -51,6 +53,7 @@ class RelaySettings:
             lag_interval=env.float("WALFEED_RELAY_LAG_INTERVAL", 5.0, minimum=0.5, maximum=3600.0),
             prune_older_than=_duration(env, "WALFEED_RELAY_PRUNE_OLDER_THAN"),
             prune_interval=env.float("WALFEED_RELAY_PRUNE_INTERVAL", 300.0, minimum=1.0, maximum=86_400.0),
+            checkpoint_interval=env.float("WALFEED_RELAY_CHECKPOINT_INTERVAL", 1.0, minimum=0.1, maximum=3600.0),
         )
 
 

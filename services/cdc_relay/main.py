@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from collections.abc import Callable
 
 from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
+from services.cdc_relay.checkpoint import CheckpointThread
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.failover import Recovery, Republisher
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import Relay
 from services.cdc_relay.retention import RetentionThread
@@ -50,21 +53,39 @@ def _run_source(settings: Settings, relay_settings: RelaySettings, source: str, 
         return poll.run(settings, relay_settings, traces)
     probe = metrics.SlotLagProbe(settings.database_url, settings.slot, relay_settings.lag_interval)
     probe.start()
+    checkpoints = CheckpointThread(settings.database_url, settings.slot, relay_settings.checkpoint_interval)
+    checkpoints.start()
     try:
-        relay = bootstrap(settings, relay_settings, traces)
+        stopping = threading.Event()  # read by a failover recovery, which blocks the loop while it republishes
+        relay = bootstrap(settings, relay_settings, traces, stopping.is_set)
+
+        def on_signal(_signum: int, _frame: object) -> None:
+            stopping.set()
+            relay.request_stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda _signum, _frame: relay.request_stop())
+            signal.signal(sig, on_signal)
         return relay.run()
     finally:
+        checkpoints.stop()
         probe.stop()
 
 
-def bootstrap(settings: Settings, relay: RelaySettings, traces: tracing.Tracing = tracing.DISABLED) -> Relay:
-    """The relay on one IOLoop shared by the replication socket, the broker connection and the timers (ADR 0014)."""
+def bootstrap(settings: Settings, relay: RelaySettings, traces: tracing.Tracing = tracing.DISABLED,
+              stopping: Callable[[], bool] = lambda: False) -> Relay:
+    """The relay on one IOLoop shared by the replication socket, the broker connection and the timers (ADR 0014).
+    Before each stream, a failover check (ADR 0091): on a new primary the slot is created and what the checkpoint
+    does not cover republished, on a publisher of its own, while the loop waits."""
     ioloop = IOLoop()
     topology = Topology(settings.amqp_prefix)
 
+    def make_republisher() -> Republisher:
+        return Republisher(settings.amqp_url, topology, relay.window, relay.blocked_timeout, traces)
+
+    recovery = Recovery(settings.database_url, settings.slot, relay.window, make_republisher, stopping)
+
     def open_stream() -> ReplicationStream:
+        recovery.prepare()
         return ReplicationStream.open(settings.database_url, settings.slot, relay.status_interval)
 
     def make_publisher(on_confirmed: Callable[[list[int]], None],

@@ -25,7 +25,7 @@ from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.positions import PositionTracker
 from services.cdc_relay.sessions import Sessions
-from services.cdc_relay.stream import ReplicationError, SlotBusy, SlotMissing
+from services.cdc_relay.stream import Interrupted, ReplicationError, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff, sdnotify
 
@@ -65,7 +65,7 @@ class EventPublisher(Protocol):
     def stop(self, on_stopped: Callable[[], None]) -> None: ...
 
 
-OpenStream = Callable[[], Stream]  # raises SlotMissing, SlotBusy or ReplicationError
+OpenStream = Callable[[], Stream]  # raises SlotMissing, SlotBusy, Interrupted or ReplicationError
 # Builds the publisher with the relay's confirmation callback and its test of a current token.
 MakePublisher = Callable[[Callable[[list[int]], None], Callable[[int], bool]], EventPublisher]
 
@@ -129,6 +129,8 @@ class Relay:
             self._exit = 1
             self._begin_stop()
             return
+        except Interrupted:
+            return  # the stop request is on the loop already
         except SlotBusy as exc:
             log.info("standby: the slot is streamed by another relay", extra={"detail": str(exc)})
             sdnotify.ready("standby: the slot is streamed by another relay")

@@ -33,6 +33,10 @@ class SlotBusy(Exception):
     """Another walsender (another relay) streams the slot: stand by."""
 
 
+class Interrupted(Exception):
+    """A stop was requested while the stream was being prepared (failover.Recovery): stop, do not retry."""
+
+
 class ReplicationStream:
     def __init__(self, conn: psycopg2.extras.LogicalReplicationConnection, start_lsn: int) -> None:
         self._conn = conn

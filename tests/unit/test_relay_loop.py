@@ -11,7 +11,7 @@ import pytest
 
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.relay import READ_AHEAD, READ_BATCH, TICK, Relay
-from services.cdc_relay.stream import SlotBusy, SlotMissing
+from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
 from services.cdc_relay.testing import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
 
 WINDOW = 8
@@ -160,6 +160,15 @@ def test_stop_gives_up_on_confirms_after_the_shutdown_timeout(loop: ManualLoop) 
 
 def test_a_missing_slot_stops_with_status_1(loop: ManualLoop) -> None:
     assert Harness(loop, SlotMissing("slot")).relay.run() == 1
+
+
+def test_a_recovery_interrupted_by_a_stop_is_not_tried_again_and_the_stop_completes(loop: ManualLoop) -> None:
+    stream = InMemoryStream(loop)
+    h = Harness(loop, Interrupted("stop requested while republishing"), stream)
+    h.relay.start()
+    h.relay.request_stop()  # the signal handler: queued on the loop while the recovery blocked it
+    loop.run_for(5.0)
+    assert loop.stopped and h.relay.exit_status == 0 and h.opener.opened == []
 
 
 def test_an_unreachable_database_and_a_busy_slot_are_tried_again(loop: ManualLoop) -> None:
