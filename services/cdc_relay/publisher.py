@@ -11,7 +11,10 @@ retries, stale ones) is decided in publisher_state.py; this module is the connec
 basic.return as callbacks. The CDC relay gives it its own loop, shared with the replication socket (one thread,
 docs/adr/0014); `publisher_thread.PublisherThread` runs one on a thread of its own (the polling source). Each ack
 frame refills the window from inside its callback. A lost connection is reopened with capped backoff (a booting
-broker is normal).
+broker is normal). With several broker nodes (WALFEED_AMQP_URL, services/core/nodes.py) it connects to the first
+that answers, in their order: a node refusing goes on to the next at once, and only a whole round refused waits the
+backoff. Whatever was unconfirmed on a lost connection is published again on the next one (publisher_state.py):
+its WAL position was never confirmed, whichever node had received it (docs/adr/0090).
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ class Publisher(Generic[T]):
                  traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._ioloop = ioloop
         self._traces = traces  # a send span per confirmed message when tracing (docs/adr/0072)
-        self._url, self._exchange = amqp_url, topology.events_exchange
+        self._exchange = topology.events_exchange
+        self._nodes = amqp.node_parameters(amqp_url, name="walfeed-relay", blocked_connection_timeout=blocked_timeout)
+        self._node = 0  # index in _nodes of the node connected, or tried next
         self._on_confirmed = on_confirmed
         self._state: PublisherState[T] = PublisherState(window, is_current)
-        self._blocked_timeout = blocked_timeout
         self._retry_timer: Any = None
         self._conn: pika.SelectConnection | None = None
         self._channel: Any = None  # pika.channel.Channel, set once in confirm mode
@@ -111,8 +115,7 @@ class Publisher(Generic[T]):
     # --- connection life cycle (callbacks on the loop) ---
     def _connect(self) -> None:
         self._reconnect_timer = None
-        params = amqp.parameters(self._url, name="walfeed-relay", blocked_connection_timeout=self._blocked_timeout)
-        self._conn = pika.SelectConnection(params, on_open_callback=self._on_open,
+        self._conn = pika.SelectConnection(self._nodes[self._node], on_open_callback=self._on_open,
                                            on_open_error_callback=self._on_open_error,
                                            on_close_callback=self._on_closed, custom_ioloop=self._ioloop)
 
@@ -134,7 +137,9 @@ class Publisher(Generic[T]):
 
     def _on_confirm_mode(self, channel: Any) -> None:
         self._channel, self._blocked, self._attempt = channel, False, 0
-        log.info("broker connected", extra={"exchange": self._exchange, "resend": self._state.ready})
+        node = self._nodes[self._node]
+        log.info("broker connected", extra={"exchange": self._exchange, "resend": self._state.ready,
+                                            "node": f"{node.host}:{node.port}"})
         self._publish_available()
 
     def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
@@ -150,6 +155,13 @@ class Publisher(Generic[T]):
         if self._stopping:
             self._finish_stop()
             return
+        failed = self._nodes[self._node]
+        self._node = (self._node + 1) % len(self._nodes)
+        if self._node != 0:  # the next node at once; a round of them all refused: back off
+            log.warning("broker node unreachable, trying the next", extra={
+                "node": f"{failed.host}:{failed.port}", "error": repr(error)})
+            self._reconnect_timer = self._ioloop.call_later(0, self._connect)
+            return
         wait = self._reconnect_later()
         log.warning("broker unreachable, retrying", extra={"attempt": self._attempt, "error": repr(error),
                                                             "retry_in": round(wait, 2)})
@@ -162,6 +174,7 @@ class Publisher(Generic[T]):
             return
         log.warning("broker connection lost, reconnecting", extra={"error": repr(reason)})
         metrics.RECONNECTS.labels("rabbitmq").inc()
+        self._node = 0
         self._reconnect_later()
 
     def _reconnect_later(self) -> float:
