@@ -30,6 +30,7 @@ from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.messages import EventProperties, Outgoing
+from services.cdc_relay.nack_streak import NackStreak
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
 from services.core.topology import Topology
@@ -62,6 +63,7 @@ class Publisher(Generic[T]):
         self._stopping = False
         self._on_stopped: Callable[[], None] | None = None
         self._last_loud = 0.0
+        self._nacks = NackStreak()
 
     @property
     def unconfirmed(self) -> int:
@@ -137,6 +139,7 @@ class Publisher(Generic[T]):
 
     def _on_confirm_mode(self, channel: Any) -> None:
         self._channel, self._blocked, self._attempt = channel, False, 0
+        self._nacks.reset()
         node = self._nodes[self._node]
         log.info("broker connected", extra={"exchange": self._exchange, "resend": self._state.ready,
                                             "node": f"{node.host}:{node.port}"})
@@ -209,12 +212,15 @@ class Publisher(Generic[T]):
 
     def _on_ack_nack(self, frame: Any) -> None:
         method = frame.method
+        now = time.monotonic()
+        reopen = False
         if isinstance(method, pika.spec.Basic.Ack):
             settled = self._state.acked(method.delivery_tag, method.multiple)
+            self._nacks.acked()
         else:
             settled = self._state.nacked(method.delivery_tag, method.multiple)
             self._loud("broker nacked events; retrying", {"count": len(settled.failed)})
-        now = time.monotonic()
+            reopen = self._nacks.nacked(now)
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)
             metrics.PUBLISHED.inc(len(settled.tokens))
@@ -227,6 +233,11 @@ class Publisher(Generic[T]):
             if retried:
                 metrics.UNROUTABLE.inc(retried)
                 self._schedule_retry(now)
+        if reopen and self._conn is not None and self._conn.is_open:
+            log.warning("broker nacked everything on this channel for a while: reconnecting (nack_streak.py)")
+            self._channel = None  # nothing more published on it; `_on_closed` reconnects and republishes
+            self._conn.close()
+            return
         self._publish_available()  # refill the window now, not on the next turn of the loop
 
     def _schedule_retry(self, now: float) -> None:
