@@ -18,6 +18,7 @@ from services.core.settings import Settings
 from services.core.topology import Topology
 from testkit import infra as infra_mod
 from testkit import pgcluster, resources
+from testkit import rabbit_cluster as rabbit_cluster_mod
 from testkit.infra import Infra
 from testkit.processes import Processes
 
@@ -26,6 +27,17 @@ from testkit.processes import Processes
 def infra() -> Iterator[Infra]:
     with infra_mod.provide() as provided:
         yield provided
+
+
+@pytest.fixture(scope="session")
+def rabbit_cluster() -> Iterator[rabbit_cluster_mod.RabbitCluster]:
+    """A RabbitMQ cluster of three nodes of its own (testkit/rabbit_cluster.py), started when a test first asks for
+    it, stopped and deleted at the end of the session."""
+    why = rabbit_cluster_mod.available()
+    if why is not None:
+        pytest.skip(why)
+    with rabbit_cluster_mod.cluster() as started:
+        yield started
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,10 @@ retries, stale ones) is decided in publisher_state.py; this module is the connec
 basic.return as callbacks. The CDC relay gives it its own loop, shared with the replication socket (one thread,
 docs/adr/0014); `publisher_thread.PublisherThread` runs one on a thread of its own (the polling source). Each ack
 frame refills the window from inside its callback. A lost connection is reopened with capped backoff (a booting
-broker is normal).
+broker is normal). With several broker nodes (WALFEED_AMQP_URL, services/core/nodes.py) it connects to the first
+that answers, in their order: a node refusing goes on to the next at once, and only a whole round refused waits the
+backoff. Whatever was unconfirmed on a lost connection is published again on the next one (publisher_state.py):
+its WAL position was never confirmed, whichever node had received it (docs/adr/0090).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.messages import EventProperties, Outgoing
+from services.cdc_relay.nack_streak import NackStreak
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
 from services.core.topology import Topology
@@ -45,10 +49,11 @@ class Publisher(Generic[T]):
                  traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._ioloop = ioloop
         self._traces = traces  # a send span per confirmed message when tracing (docs/adr/0072)
-        self._url, self._exchange = amqp_url, topology.events_exchange
+        self._exchange = topology.events_exchange
+        self._nodes = amqp.node_parameters(amqp_url, name="walfeed-relay", blocked_connection_timeout=blocked_timeout)
+        self._node = 0  # index in _nodes of the node connected, or tried next
         self._on_confirmed = on_confirmed
         self._state: PublisherState[T] = PublisherState(window, is_current)
-        self._blocked_timeout = blocked_timeout
         self._retry_timer: Any = None
         self._conn: pika.SelectConnection | None = None
         self._channel: Any = None  # pika.channel.Channel, set once in confirm mode
@@ -58,6 +63,7 @@ class Publisher(Generic[T]):
         self._stopping = False
         self._on_stopped: Callable[[], None] | None = None
         self._last_loud = 0.0
+        self._nacks = NackStreak()
 
     @property
     def unconfirmed(self) -> int:
@@ -111,8 +117,7 @@ class Publisher(Generic[T]):
     # --- connection life cycle (callbacks on the loop) ---
     def _connect(self) -> None:
         self._reconnect_timer = None
-        params = amqp.parameters(self._url, name="walfeed-relay", blocked_connection_timeout=self._blocked_timeout)
-        self._conn = pika.SelectConnection(params, on_open_callback=self._on_open,
+        self._conn = pika.SelectConnection(self._nodes[self._node], on_open_callback=self._on_open,
                                            on_open_error_callback=self._on_open_error,
                                            on_close_callback=self._on_closed, custom_ioloop=self._ioloop)
 
@@ -134,7 +139,10 @@ class Publisher(Generic[T]):
 
     def _on_confirm_mode(self, channel: Any) -> None:
         self._channel, self._blocked, self._attempt = channel, False, 0
-        log.info("broker connected", extra={"exchange": self._exchange, "resend": self._state.ready})
+        self._nacks.reset()
+        node = self._nodes[self._node]
+        log.info("broker connected", extra={"exchange": self._exchange, "resend": self._state.ready,
+                                            "node": f"{node.host}:{node.port}"})
         self._publish_available()
 
     def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
@@ -150,6 +158,13 @@ class Publisher(Generic[T]):
         if self._stopping:
             self._finish_stop()
             return
+        failed = self._nodes[self._node]
+        self._node = (self._node + 1) % len(self._nodes)
+        if self._node != 0:  # the next node at once; a round of them all refused: back off
+            log.warning("broker node unreachable, trying the next", extra={
+                "node": f"{failed.host}:{failed.port}", "error": repr(error)})
+            self._reconnect_timer = self._ioloop.call_later(0, self._connect)
+            return
         wait = self._reconnect_later()
         log.warning("broker unreachable, retrying", extra={"attempt": self._attempt, "error": repr(error),
                                                             "retry_in": round(wait, 2)})
@@ -162,6 +177,7 @@ class Publisher(Generic[T]):
             return
         log.warning("broker connection lost, reconnecting", extra={"error": repr(reason)})
         metrics.RECONNECTS.labels("rabbitmq").inc()
+        self._node = 0
         self._reconnect_later()
 
     def _reconnect_later(self) -> float:
@@ -196,12 +212,15 @@ class Publisher(Generic[T]):
 
     def _on_ack_nack(self, frame: Any) -> None:
         method = frame.method
+        now = time.monotonic()
+        reopen = False
         if isinstance(method, pika.spec.Basic.Ack):
             settled = self._state.acked(method.delivery_tag, method.multiple)
+            self._nacks.acked()
         else:
             settled = self._state.nacked(method.delivery_tag, method.multiple)
             self._loud("broker nacked events; retrying", {"count": len(settled.failed)})
-        now = time.monotonic()
+            reopen = self._nacks.nacked(now)
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)
             metrics.PUBLISHED.inc(len(settled.tokens))
@@ -214,6 +233,11 @@ class Publisher(Generic[T]):
             if retried:
                 metrics.UNROUTABLE.inc(retried)
                 self._schedule_retry(now)
+        if reopen and self._conn is not None and self._conn.is_open:
+            log.warning("broker nacked everything on this channel for a while: reconnecting (nack_streak.py)")
+            self._channel = None  # nothing more published on it; `_on_closed` reconnects and republishes
+            self._conn.close()
+            return
         self._publish_available()  # refill the window now, not on the next turn of the loop
 
     def _schedule_retry(self, now: float) -> None:

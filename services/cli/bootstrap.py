@@ -37,7 +37,7 @@ def bootstrap(settings: Settings, roles: RoleSettings, *, slot: bool = True) -> 
         ensure_slot(url, settings.slot)
     broker = broker_users.admin(roles.rabbitmqctl, roles.management_url)
     vhost = broker_users.vhost_of(settings.amqp_url)
-    permissions = amqp_permissions(Topology(settings.amqp_prefix))
+    permissions = amqp_permissions(Topology(settings.amqp_prefix), settings.amqp_queue_type)
     for process in AMQP_PROCESSES:
         broker.ensure_user(roles.roles.login(process), roles.amqp_passwords[process], vhost, permissions[process])
 

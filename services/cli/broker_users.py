@@ -19,6 +19,7 @@ import urllib.request
 from typing import Protocol
 
 from services.cli.roles import Permissions, with_credentials
+from services.core import nodes
 
 
 class BrokerAdminError(Exception):
@@ -108,5 +109,4 @@ def admin(rabbitmqctl: str, management_url: str | None) -> BrokerAdmin:
 
 def vhost_of(amqp_url: str) -> str:
     """The virtual host of an AMQP URL, as pika reads it (empty path or `/`: the default vhost `/`)."""
-    path = urllib.parse.urlsplit(amqp_url).path
-    return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+    return nodes.vhost(nodes.split(amqp_url)[0])  # every node names the same one

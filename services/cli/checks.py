@@ -8,7 +8,7 @@ import pika
 import pika.exceptions
 import psycopg
 
-from services.core.amqp import parameters
+from services.core.amqp import node_parameters
 from services.core.settings import Settings
 
 
@@ -23,7 +23,7 @@ def check_infrastructure(settings: Settings) -> list[str]:
     except psycopg.OperationalError as exc:
         problems.append(f"PostgreSQL unreachable (WALFEED_DATABASE_URL): {str(exc).strip()}")
     try:
-        conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-check"))
+        conn = pika.BlockingConnection(node_parameters(settings.amqp_url, name="walfeed-check"))
         with contextlib.suppress(pika.exceptions.AMQPError):
             conn.close()
     except pika.exceptions.AMQPError as exc:

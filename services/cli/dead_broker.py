@@ -17,7 +17,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from services.cli.dead_letters import Letter
-from services.core.amqp import parameters
+from services.core.amqp import node_parameters
 from services.core.topology import DeadLetterQueue
 
 # After this long without a delivery, ask the queue whether it has anything ready left for us.
@@ -85,7 +85,7 @@ class Held:
 class DeadBroker:
     def __init__(self, amqp_url: str) -> None:
         try:
-            self._conn = pika.BlockingConnection(parameters(amqp_url, name="walfeed-dead"))
+            self._conn = pika.BlockingConnection(node_parameters(amqp_url, name="walfeed-dead"))
         except pika.exceptions.AMQPError as exc:
             raise BrokerError(f"broker unreachable at WALFEED_AMQP_URL: {exc!r}") from None
         self._publisher: BlockingChannel | None = None

@@ -64,9 +64,13 @@ class Letter:
 
     @property
     def reason(self) -> str:
+        """Ours (`x-walfeed-reason`), or, for a letter the broker dead-lettered itself (a quorum work queue's
+        delivery limit, docs/adr/0090), the broker's."""
         value = self.headers.get(REASON)
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
+        if not value and (broker := _last_death(self.headers)):
+            return f"dead-lettered by the broker: {broker}"
         return str(value) if value else NO_REASON
 
     @property
@@ -84,6 +88,15 @@ class Letter:
             if isinstance(value, datetime):
                 return value if value.tzinfo else value.replace(tzinfo=UTC)
         return None
+
+
+def _last_death(headers: Mapping[str, Any]) -> str | None:
+    """`reason from queue` of the broker's latest dead-lettering (`x-death` lists the latest first)."""
+    deaths = headers.get("x-death")
+    if not isinstance(deaths, list) or not deaths or not isinstance(deaths[0], dict):
+        return None
+    text = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in deaths[0].items()}
+    return f"{text.get('reason')} from {text.get('queue')}"
 
 
 def reason_group(reason: str) -> str:

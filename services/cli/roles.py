@@ -17,6 +17,7 @@ from typing import Final
 
 from psycopg.conninfo import make_conninfo
 
+from services.core import queues
 from services.core.settings import Env, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
@@ -105,7 +106,7 @@ def _exactly(*names: str) -> str:
     return "^(" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
+def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> dict[str, Permissions]:
     """Per process, what RabbitMQ lets it do (operation -> permission table of RabbitMQ's access control guide).
 
     relay: declare (configure) and publish to (write) the events exchange; read nothing.
@@ -118,11 +119,15 @@ def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
     notifier: as the worker, on its own queues and settle exchange; and declare (configure) and bind (write) the
     delivery work queues, which it never reads: the delivery events it writes must never be unroutable (ADR 0080).
     delivery: the same for both channels' queues and the deliveries settle exchange (docs/adr/0081).
+    With quorum queues (docs/adr/0090) a delivery work queue dead-letters into its dead queue through the deliveries
+    settle exchange, and the broker lets a process declare it so only with read on the queue and write on that
+    exchange: the notifier gets both (it still never consumes them).
     """
     t = topology
     n = t.notifier
     work = [t.delivery_queue(channel) for channel in DELIVERY_CHANNELS]
     deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
+    dead_lettering = [t.delivery_settle_exchange, *work] if queue_type == queues.QUORUM else []
     return {
         "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
         "worker": Permissions(
@@ -132,8 +137,8 @@ def amqp_permissions(topology: Topology) -> dict[str, Permissions]:
         ),
         "notifier": Permissions(
             configure=_exactly(*n.exchanges(), *n.queues(), *work),
-            write=_exactly(n.settle_exchange, *n.queues(), *work),
-            read=_exactly(*n.exchanges(), *n.queues()),
+            write=_exactly(n.settle_exchange, *n.queues(), *work, *dead_lettering[:1]),
+            read=_exactly(*n.exchanges(), *n.queues(), *dead_lettering[1:]),
         ),
         "delivery": Permissions(
             configure=_exactly(t.events_exchange, *deliveries),
@@ -157,7 +162,12 @@ def process_environ(environ: Mapping[str, str], database_url: str, amqp_url: str
 
 
 def with_credentials(amqp_url: str, user: str | None, password: str | None) -> str:
-    """`amqp_url` with these credentials (None: none, for a process that never connects to the broker)."""
+    """`amqp_url` with these credentials (None: none, for a process that never connects to the broker), on each of
+    its nodes (services/core/nodes.py); also used on the management API's http URL."""
+    return ",".join(_node_with_credentials(node.strip(), user, password) for node in amqp_url.split(","))
+
+
+def _node_with_credentials(amqp_url: str, user: str | None, password: str | None) -> str:
     parts = urllib.parse.urlsplit(amqp_url)
     host = parts.netloc.rsplit("@", 1)[-1]
     if user is not None:

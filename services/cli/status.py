@@ -14,7 +14,7 @@ import pika.exceptions
 import psycopg
 
 from services.core import durations, retention, slots
-from services.core.amqp import parameters
+from services.core.amqp import node_parameters
 from services.core.settings import Settings
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 
@@ -92,7 +92,7 @@ def _watched(topology: Topology) -> list[tuple[str, tuple[str, ...], str]]:
 def queue_status(settings: Settings) -> list[QueueStatus]:
     watched = _watched(Topology(settings.amqp_prefix))
     try:
-        conn = pika.BlockingConnection(parameters(settings.amqp_url, name="walfeed-status"))
+        conn = pika.BlockingConnection(node_parameters(settings.amqp_url, name="walfeed-status"))
     except pika.exceptions.AMQPError as exc:
         return [QueueStatus(name, None, None, error=f"broker unreachable: {exc!r}") for name, _, _ in watched]
     result = []

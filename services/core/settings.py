@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from services.core import nodes, queues
+
 T = TypeVar("T", int, float)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
@@ -95,10 +97,15 @@ class Settings:
     """The settings every walfeed process shares (docs/settings.md)."""
 
     database_url: str
-    amqp_url: str
+    amqp_url: str  # one or more node URLs, comma-separated (services/core/nodes.py)
     amqp_prefix: str
     slot: str
     celebrity_threshold: int
+    amqp_queue_type: str = queues.CLASSIC  # classic or quorum (services/core/queues.py)
+
+    @property
+    def amqp_nodes(self) -> tuple[str, ...]:
+        return nodes.split(self.amqp_url)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -110,12 +117,19 @@ class Settings:
                 "(postgresql://...) or key=value connection string"
             )
         amqp_url = env.str("WALFEED_AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
-        if not amqp_url.startswith(("amqp://", "amqps://")):
-            raise SettingsError(f"WALFEED_AMQP_URL={amqp_url!r} is invalid: expected amqp:// or amqps://")
+        try:
+            nodes.split(amqp_url)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        queue_type = env.str("WALFEED_AMQP_QUEUE_TYPE", queues.CLASSIC).lower()
+        if queue_type not in queues.QUEUE_TYPES:
+            raise SettingsError(f"WALFEED_AMQP_QUEUE_TYPE={queue_type!r} is invalid: expected one of "
+                                f"{', '.join(queues.QUEUE_TYPES)} (quorum needs RabbitMQ 3.10 or later)")
         return cls(
             database_url=database_url,
             amqp_url=amqp_url,
             amqp_prefix=env.str("WALFEED_AMQP_PREFIX", "walfeed", _NAME),
             slot=env.str("WALFEED_SLOT", "walfeed", _SLOT),
             celebrity_threshold=env.int("WALFEED_CELEBRITY_THRESHOLD", 10_000, minimum=1),
+            amqp_queue_type=queue_type,
         )

@@ -8,29 +8,28 @@ import time
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from services.core.amqp import declare_events_exchange
+from services.core import queues
+from services.core.amqp import declare_delivery_queue, declare_events_exchange
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS, Topology
 from services.delivery import route
 
 
-def declare(channel: BlockingChannel, topology: Topology, name: str, dead_max_length: int) -> None:
+def declare(channel: BlockingChannel, topology: Topology, name: str, dead_max_length: int,
+            queue_type: str = queues.CLASSIC) -> None:
     """The work queue bound to `delivery.{name}`, one retry queue per delay (queue-level TTL, dead-lettering back to
-    the work queue through the settle exchange) and the bounded dead queue. Durable."""
+    the work queue through the settle exchange) and the bounded dead queue; of `queue_type` (services/core/queues.py).
+    Durable."""
     declare_events_exchange(channel, topology)
     settle = topology.delivery_settle_exchange
     channel.exchange_declare(settle, exchange_type="direct", durable=True)
-    work = topology.delivery_queue(name)
-    channel.queue_declare(work, durable=True)
-    channel.queue_bind(work, topology.events_exchange, routing_key=topology.delivery_binding(name))
+    work = declare_delivery_queue(channel, topology, name, queue_type)
     channel.queue_bind(work, settle, routing_key=work)
     for delay in DELIVERY_RETRY_DELAYS_MS:
         queue = topology.delivery_retry_queue(name, delay)
-        channel.queue_declare(queue, durable=True, arguments={
-            "x-message-ttl": delay, "x-dead-letter-exchange": settle, "x-dead-letter-routing-key": work})
+        channel.queue_declare(queue, durable=True, arguments=queues.retry_queue(queue_type, settle, work, delay))
         channel.queue_bind(queue, settle, routing_key=queue)
     dead = topology.delivery_dead_queue(name)
-    channel.queue_declare(dead, durable=True, arguments={"x-max-length": dead_max_length,
-                                                         "x-overflow": "reject-publish"})
+    channel.queue_declare(dead, durable=True, arguments=queues.dead_queue(queue_type, dead_max_length))
     channel.queue_bind(dead, settle, routing_key=dead)
 
 

@@ -21,7 +21,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core import acks
+from services.core import acks, queues
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 from services.delivery import broker, metrics, processing, route
 
@@ -44,7 +44,7 @@ class Session:
 
     def __init__(self, connection: pika.BlockingConnection, topology: Topology, name: str,
                  processor: processing.Processor, pool: ThreadPoolExecutor, concurrency: int, dead_max_length: int,
-                 stopping: threading.Event) -> None:
+                 stopping: threading.Event, queue_type: str = queues.CLASSIC) -> None:
         self._conn = connection
         self._topology = topology
         self._name = name
@@ -52,6 +52,7 @@ class Session:
         self._pool = pool
         self._concurrency = concurrency
         self._dead_max_length = dead_max_length
+        self._queue_type = queue_type
         self._stopping = stopping
         # Touched by the connection thread only:
         self._ready: deque[Message] = deque()  # delivered, waiting for a free thread
@@ -65,7 +66,7 @@ class Session:
         # Every channel's queues, not only this one's: the relay holds its WAL position on an event no queue takes
         # (ADR 0012), so a delivery.email event must have a queue even where no email worker runs yet.
         for name in DELIVERY_CHANNELS:
-            broker.declare(channel, self._topology, name, self._dead_max_length)
+            broker.declare(channel, self._topology, name, self._dead_max_length, self._queue_type)
         channel.basic_qos(prefetch_count=self._concurrency * 4)  # finished ones wait a little for their ack
         publisher = self._conn.channel()
         publisher.confirm_delivery()

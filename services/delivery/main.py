@@ -54,7 +54,7 @@ def run(settings: Settings, channel: str) -> int:
             code = consume(
                 settings.amqp_url, f"walfeed-deliver-{channel}", stopping,
                 lambda conn: Session(conn, topology, channel, processor, threads, delivery.concurrency,
-                                     delivery.dead_max_length, stopping),
+                                     delivery.dead_max_length, stopping, settings.amqp_queue_type),
                 "a delivery queue exists with other arguments than this worker declares (another "
                 "WALFEED_DELIVERY_DEAD_MAX_LENGTH?): set the setting to match, or drain and delete the queue")
     finally:

@@ -40,10 +40,11 @@ class DeclaringSession:
     conn: pika.BlockingConnection
     topology: Topology
     session: Session
+    queue_type: str
 
     def run(self) -> None:
         channel = self.conn.channel()
-        declare_delivery_queues(channel, self.topology)
+        declare_delivery_queues(channel, self.topology, self.queue_type)
         channel.close()
         self.session.run()
 
@@ -62,11 +63,12 @@ def run(settings: Settings) -> int:
     processor = Processor(Effects(pool).apply, None,
                           RetryPolicy(notifier.max_attempts, notifier.retry_base, notifier.retry_cap))
     limits = Limits(notifier.batch_size, notifier.concurrency, notifier.prefetch,
-                    park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length)
+                    park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length,
+                    queue_type=settings.amqp_queue_type)
 
     def session(conn: pika.BlockingConnection) -> DeclaringSession:
         return DeclaringSession(conn, topology, Session(conn, topology.notifier, processor, batches, batches, limits,
-                                                        stopping))
+                                                        stopping), settings.amqp_queue_type)
 
     log.info("notifier starting", extra={"concurrency": notifier.concurrency, "batch_size": notifier.batch_size,
                                          "prefetch": notifier.prefetch, "max_attempts": notifier.max_attempts,

@@ -9,6 +9,7 @@ from typing import Final
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
+from services.core import queues as queue_args
 from services.core.amqp import EVENTS_EXCHANGE
 from services.core.topology import ConsumerQueues
 from services.worker import policy
@@ -19,24 +20,26 @@ from services.worker import policy
 DEAD_MAX_LENGTH: Final = 100_000
 
 
-def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH) -> dict[str, object]:
-    return {"x-max-length": max_length, "x-overflow": "reject-publish"}
+def dead_queue_arguments(max_length: int = DEAD_MAX_LENGTH,
+                         queue_type: str = queue_args.CLASSIC) -> dict[str, object]:
+    return queue_args.dead_queue(queue_type, max_length)
 
 
-def declare(channel: BlockingChannel, queues: ConsumerQueues, dead_max_length: int = DEAD_MAX_LENGTH) -> None:
-    """A consumer's queues (docs/adr/0020) and its settle exchange. Durable; the retry queue dead-letters expired
-    copies back to the work queue; the dead queue is bounded and refuses publishes when full (never drops what it
-    holds)."""
+def declare(channel: BlockingChannel, queues: ConsumerQueues, dead_max_length: int = DEAD_MAX_LENGTH,
+            queue_type: str = queue_args.CLASSIC) -> None:
+    """A consumer's queues (docs/adr/0020) and its settle exchange, of `queue_type` (services/core/queues.py).
+    Durable; the retry queue dead-letters expired copies back to the work queue; the dead queue is bounded and
+    refuses publishes when full (never drops what it holds)."""
     channel.exchange_declare(queues.events_exchange, **EVENTS_EXCHANGE)
     channel.exchange_declare(queues.settle_exchange, exchange_type="direct", durable=True)
-    channel.queue_declare(queues.queue, durable=True)
+    channel.queue_declare(queues.queue, durable=True,
+                          arguments=queue_args.work_queue(queue_type, queues.settle_exchange, queues.dead_queue))
     for key in queues.bindings:
         channel.queue_bind(queues.queue, queues.events_exchange, routing_key=key)
-    channel.queue_declare(queues.retry_queue, durable=True, arguments={
-        "x-dead-letter-exchange": queues.settle_exchange,
-        "x-dead-letter-routing-key": queues.queue,
-    })
-    channel.queue_declare(queues.dead_queue, durable=True, arguments=dead_queue_arguments(dead_max_length))
+    channel.queue_declare(queues.retry_queue, durable=True,
+                          arguments=queue_args.retry_queue(queue_type, queues.settle_exchange, queues.queue))
+    channel.queue_declare(queues.dead_queue, durable=True,
+                          arguments=dead_queue_arguments(dead_max_length, queue_type))
     for queue in queues.queues():
         channel.queue_bind(queue, queues.settle_exchange, routing_key=queue)
 

@@ -26,7 +26,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
-from services.core import acks, sdnotify, tracecontext, tracing
+from services.core import acks, queues, sdnotify, tracecontext, tracing
 from services.core.events import Event
 from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
@@ -68,6 +68,7 @@ class Limits:
     prefetch: int  # unacked messages the broker hands this process
     park_ms: int = 60_000  # a refused dead letter's wait in the retry queue
     dead_max_length: int = broker.DEAD_MAX_LENGTH
+    queue_type: str = queues.CLASSIC  # WALFEED_AMQP_QUEUE_TYPE (services/core/queues.py)
 
 
 class Session:
@@ -95,7 +96,7 @@ class Session:
 
     def run(self) -> None:
         channel = self._conn.channel()
-        broker.declare(channel, self._queues, self._limits.dead_max_length)
+        broker.declare(channel, self._queues, self._limits.dead_max_length, self._limits.queue_type)
         channel.basic_qos(prefetch_count=self._limits.prefetch)
         publisher = self._conn.channel()
         publisher.confirm_delivery()

@@ -44,7 +44,7 @@ def run(settings: Settings) -> int:
     processor = Processor(effects.apply, effects.fan_out_large,
                           RetryPolicy(worker.max_attempts, worker.retry_base, worker.retry_cap))
     limits = Limits(worker.batch_size, worker.concurrency, worker.prefetch, park_ms=round(worker.retry_cap * 1000),
-                    dead_max_length=worker.dead_max_length)
+                    dead_max_length=worker.dead_max_length, queue_type=settings.amqp_queue_type)
     log.info("worker starting", extra={"concurrency": worker.concurrency, "batch_size": worker.batch_size,
                                        "prefetch": worker.prefetch, "max_attempts": worker.max_attempts,
                                        "prefix": settings.amqp_prefix})
