@@ -156,8 +156,8 @@ class Effects:
         if not events:
             return
         followers, followees = _pairs(events)
-        removed = {(r["user_id"], r["author_id"]) for r in conn.execute(
-            q.UNFOLLOW, {"followers": followers, "followees": followees})}
+        removed = {(r["user_id"], r["author_id"]) for r in probing_each_user(
+            conn, q.UNFOLLOW, {"followers": followers, "followees": followees})}
         done.update({e: "removed" if _pair(e) in removed else "kept" for e in events})
 
     def _trim_audiences(self, conn: Conn, authors: set[int]) -> None:
@@ -235,7 +235,17 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
     """Keep each user's newest `cap` rows; raise the floor where rows went. Returns how many users were trimmed."""
     if not user_ids:
         return 0
-    return len(conn.execute(q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}).fetchall())
+    return len(probing_each_user(conn, q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}))
+
+
+def probing_each_user(conn: Conn, statement: SQL, args: dict[str, Any]) -> list[Any]:
+    """Run a per-user delete of a batch with nested-loop joins only, inside the caller's transaction: each user's
+    rows are probed in that user's partition (sql.py PROBE_EACH_USER, docs/adr/0093). On an error the transaction
+    fails and its settings go with it."""
+    conn.execute(q.PROBE_EACH_USER)
+    rows = conn.execute(statement, args).fetchall()
+    conn.execute(q.END_PROBES)
+    return rows
 
 
 def _pair(event: ev.Event) -> tuple[int, int]:
