@@ -77,7 +77,8 @@ ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
 """)
 
-# Only deleted posts: the event is checked against the outbox, and the state confirms it.
+# Only deleted posts: the event is checked against the outbox, and the state confirms it. Timelines are partitioned
+# by user: a post's rows are in any partition, one index probe in each (docs/adr/0093). Run with PROBE_BY_KEY.
 DELETE_POSTS: Final = sql.SQL("""
 DELETE FROM timelines t
 USING unnest(%(post_ids)s::bigint[]) AS i(id)
@@ -119,7 +120,7 @@ FROM unnest(%(user_ids)s::bigint[], %(floors)s::bigint[]) AS f(id, floor)
 WHERE u.id = f.id
 """)
 
-# A followee's rows leave a follower's timeline only if the follow is gone now. Run with PROBE_EACH_USER.
+# A followee's rows leave a follower's timeline only if the follow is gone now. Run with PROBE_BY_KEY.
 UNFOLLOW: Final = sql.SQL("""
 DELETE FROM timelines t
 USING unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
@@ -151,7 +152,7 @@ SELECT (SELECT max(follower_id) FROM chunk) AS last,
 # Keep the newest %(keep)s rows of each given user; where rows were removed, raise the floor to the smallest kept.
 # Deletes by key, each user's rows in that user's partition (docs/adr/0093): a ctid names a row only within one
 # partition, so the ctid join this used before deleted other users' rows once timelines was partitioned. Run with
-# PROBE_EACH_USER: the planner prices a probe of the partitioned table as a probe of every partition (32 x), and
+# PROBE_BY_KEY: the planner prices a probe of the partitioned table as a probe of every partition (32 x), and
 # would otherwise hash the whole table for a large batch.
 TRIM: Final = sql.SQL("""
 WITH cut AS (
@@ -172,12 +173,12 @@ WHERE u.id = d.user_id AND u.id = ANY(%(user_ids)s::bigint[])
 RETURNING u.id
 """)
 
-# Around a per-user delete of a batch (TRIM, UNFOLLOW), in its transaction: join by nested loops, so that each
-# user's rows are probed in that user's partition only (run-time partition pruning, docs/adr/0093). Postgres
-# costs a parameterized probe of a partitioned table as the sum over all its partitions, not the one it will
-# run, so it would hash or merge the whole table for a batch of a few hundred users. Every statement that runs in
-# between is written as key probes anyway (ADR 0024); END_PROBES restores the session's settings.
-PROBE_EACH_USER: Final = sql.SQL(
+# Around a batch's delete from timelines (TRIM, UNFOLLOW, DELETE_POSTS), in its transaction: join by nested loops,
+# so that each user's rows are probed in that user's partition only (run-time partition pruning, docs/adr/0093)
+# and each deleted post's through timelines_post_idx of each partition. Postgres costs a parameterized probe of a
+# partitioned table as the sum over all its partitions, not the one it will run, so it would hash or merge the
+# whole table for a batch of a few hundred keys. END_PROBES restores the session's settings.
+PROBE_BY_KEY: Final = sql.SQL(
     "SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
 END_PROBES: Final = sql.SQL(
     "SELECT set_config(name, reset_val, true) FROM pg_settings WHERE name IN ('enable_hashjoin', 'enable_mergejoin')")

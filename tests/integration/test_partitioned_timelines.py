@@ -150,8 +150,8 @@ def test_per_user_statements_of_a_batch_run_one_partition_per_user(loaded: Db) -
     }
     found = {}
     for name, (statement, params) in statements.items():
-        if name != "BACKFILL":  # as fanout.probing_each_user runs them
-            loaded.execute(q.PROBE_EACH_USER)
+        if name != "BACKFILL":  # as fanout.probing_by_key runs them
+            loaded.execute(q.PROBE_BY_KEY)
         plan = explain(loaded, statement, params, analyze=True)
         assert name == "BACKFILL" or appends_over_partitions(plan), name  # it did read timelines per user
         if problems := one_partition_per_execution(plan):
