@@ -107,5 +107,6 @@ def test_worker_connections_plan_each_execution(database_url: str) -> None:
         with pool.connection() as conn:
             row: object = conn.execute("SHOW plan_cache_mode").fetchone()  # a dict: make_pool's type says tuple rows
             assert row == {"plan_cache_mode": "force_custom_plan"}
+            assert conn.execute("SHOW jit").fetchone() == {"jit": "off"}  # type: ignore[comparison-overlap]
     finally:
         pool.close()
