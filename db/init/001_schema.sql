@@ -42,6 +42,7 @@ CREATE INDEX posts_author_idx ON posts (author_id, id DESC) WHERE deleted_at IS 
 CREATE INDEX posts_pulled_idx ON posts (author_id, id DESC) WHERE fanned_out = false AND deleted_at IS NULL;
 
 -- Materialized home timelines (fan-out on write). The sort key is the post id, so inserting twice changes nothing.
+-- 012_timelines_partitioned.sql replaces this table by one hash-partitioned by user_id (docs/adr/0093).
 CREATE TABLE timelines (
     user_id   bigint NOT NULL,
     post_id   bigint NOT NULL,

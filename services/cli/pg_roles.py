@@ -34,8 +34,8 @@ DATABASE_OWNER: Final = sql.SQL("ALTER DATABASE {} OWNER TO {}")
 FOREIGN_TABLES: Final = """
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND pg_get_userbyid(c.relowner) <> %s
-  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))
-"""  # tables, views and sequences no table owns
+  AND (c.relispartition OR NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')))
+"""  # tables, views and sequences no table owns, and partitions (ALTER TABLE ... OWNER TO does not recurse to them)
 TABLE_OWNER: Final = sql.SQL("ALTER TABLE {} OWNER TO {}")
 
 

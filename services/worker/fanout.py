@@ -130,7 +130,7 @@ class Effects:
 
     def _posts_deleted(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
         if events:
-            conn.execute(q.DELETE_POSTS, {"post_ids": sorted({e.payload["post_id"] for e in events})})
+            probing_by_key(conn, q.DELETE_POSTS, {"post_ids": sorted({e.payload["post_id"] for e in events})})
             done.update({e: "removed" for e in events})
 
     def _follows_created(self, conn: Conn, events: list[ev.Event], done: dict[ev.Event, Applied]) -> None:
@@ -156,8 +156,8 @@ class Effects:
         if not events:
             return
         followers, followees = _pairs(events)
-        removed = {(r["user_id"], r["author_id"]) for r in conn.execute(
-            q.UNFOLLOW, {"followers": followers, "followees": followees})}
+        removed = {(r["user_id"], r["author_id"]) for r in probing_by_key(
+            conn, q.UNFOLLOW, {"followers": followers, "followees": followees})}
         done.update({e: "removed" if _pair(e) in removed else "kept" for e in events})
 
     def _trim_audiences(self, conn: Conn, authors: set[int]) -> None:
@@ -235,7 +235,18 @@ def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
     """Keep each user's newest `cap` rows; raise the floor where rows went. Returns how many users were trimmed."""
     if not user_ids:
         return 0
-    return len(conn.execute(q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}).fetchall())
+    return len(probing_by_key(conn, q.TRIM, {"user_ids": sorted(user_ids), "keep": cap}))
+
+
+def probing_by_key(conn: Conn, statement: SQL, args: dict[str, Any]) -> list[Any]:
+    """Run a batch's delete from timelines with nested-loop joins only, inside the caller's transaction: each user's
+    rows are probed in that user's partition, each post's by index in every partition (sql.py PROBE_BY_KEY,
+    docs/adr/0093). Returns its rows, if it returns any. On an error the transaction fails, its settings with it."""
+    conn.execute(q.PROBE_BY_KEY)
+    cursor = conn.execute(statement, args)
+    rows = cursor.fetchall() if cursor.description is not None else []
+    conn.execute(q.END_PROBES)
+    return rows
 
 
 def _pair(event: ev.Event) -> tuple[int, int]:

@@ -77,7 +77,8 @@ ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
 """)
 
-# Only deleted posts: the event is checked against the outbox, and the state confirms it.
+# Only deleted posts: the event is checked against the outbox, and the state confirms it. Timelines are partitioned
+# by user: a post's rows are in any partition, one index probe in each (docs/adr/0093). Run with PROBE_BY_KEY.
 DELETE_POSTS: Final = sql.SQL("""
 DELETE FROM timelines t
 USING unnest(%(post_ids)s::bigint[]) AS i(id)
@@ -119,7 +120,7 @@ FROM unnest(%(user_ids)s::bigint[], %(floors)s::bigint[]) AS f(id, floor)
 WHERE u.id = f.id
 """)
 
-# A followee's rows leave a follower's timeline only if the follow is gone now.
+# A followee's rows leave a follower's timeline only if the follow is gone now. Run with PROBE_BY_KEY.
 UNFOLLOW: Final = sql.SQL("""
 DELETE FROM timelines t
 USING unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
@@ -149,25 +150,38 @@ SELECT (SELECT max(follower_id) FROM chunk) AS last,
 """)
 
 # Keep the newest %(keep)s rows of each given user; where rows were removed, raise the floor to the smallest kept.
+# Deletes by key, each user's rows in that user's partition (docs/adr/0093): a ctid names a row only within one
+# partition, so the ctid join this used before deleted other users' rows once timelines was partitioned. Run with
+# PROBE_BY_KEY: the planner prices a probe of the partitioned table as a probe of every partition (32 x), and
+# would otherwise hash the whole table for a large batch.
 TRIM: Final = sql.SQL("""
 WITH cut AS (
     SELECT u.id AS user_id,
            (SELECT t.post_id FROM timelines t WHERE t.user_id = u.id
             ORDER BY t.post_id DESC OFFSET %(keep)s - 1 LIMIT 1) AS smallest_kept
     FROM unnest(%(user_ids)s::bigint[]) AS u(id)
-), doomed AS (  -- by ctid from per-user index scans: a join of cut with timelines could scan the whole table
-    SELECT x.ctid FROM cut c
-    CROSS JOIN LATERAL (SELECT ctid FROM timelines
-                        WHERE user_id = c.user_id AND post_id < c.smallest_kept OFFSET 0) x
 ), del AS (
-    DELETE FROM timelines t USING doomed d WHERE t.ctid = d.ctid
+    DELETE FROM timelines t USING cut c
+    WHERE t.user_id = c.user_id AND t.post_id < c.smallest_kept
     RETURNING t.user_id
+), trimmed AS (
+    SELECT DISTINCT user_id FROM del
 )
 UPDATE users u SET timeline_floor = GREATEST(u.timeline_floor, c.smallest_kept)
-FROM cut c
-WHERE u.id = c.user_id AND u.id = ANY(%(user_ids)s::bigint[]) AND c.user_id IN (SELECT user_id FROM del)
+FROM trimmed d JOIN cut c ON c.user_id = d.user_id
+WHERE u.id = d.user_id AND u.id = ANY(%(user_ids)s::bigint[])
 RETURNING u.id
 """)
+
+# Around a batch's delete from timelines (TRIM, UNFOLLOW, DELETE_POSTS), in its transaction: join by nested loops,
+# so that each user's rows are probed in that user's partition only (run-time partition pruning, docs/adr/0093)
+# and each deleted post's through timelines_post_idx of each partition. Postgres costs a parameterized probe of a
+# partitioned table as the sum over all its partitions, not the one it will run, so it would hash or merge the
+# whole table for a batch of a few hundred keys. END_PROBES restores the session's settings.
+PROBE_BY_KEY: Final = sql.SQL(
+    "SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
+END_PROBES: Final = sql.SQL(
+    "SELECT set_config(name, reset_val, true) FROM pg_settings WHERE name IN ('enable_hashjoin', 'enable_mergejoin')")
 
 CHUNK_FOLLOWERS: Final = sql.SQL("""
 SELECT f.follower_id FROM follows f
