@@ -13,12 +13,18 @@ order alternates from run to run). Reported per audience: worker rows/s ÷ ceili
 10-follower authors also events/s. For 1,000-follower authors also, labelled apart, the old ceiling: the worker's
 per-post statements of before issue 12 (LEGACY, frozen here: the baseline of "no worse than today").
 
+For 10-follower authors each side's CPU per post is reported by part (the worker processes, this database's
+backends by application, RabbitMQ, this process) and its WAL per post (records touching this database's
+relations, bytes without full-page images, pg_walinspect): on a machine busy with other work the wall-clock ratio
+is noise, these are not (docs/adr/0026).
+
 Posts are written as the api writes them (services/api/sql.py CREATE_POST: the post and its post.created outbox
 row in one statement); their events are read back from the outbox and published to `{prefix}.events` as the
 relay publishes them (services/cdc_relay/publisher.py EventProperties), on a confirming channel. The workers are
 paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts, so the publisher's
 speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of its last
-follower's row, then a full count, polled every few ms with a deadline. Worker and api settings in this
+follower's row, then a full count, polled with a deadline (wait_done: its polls take at most WATCH_DUTY of the
+time). Worker and api settings in this
 process's environment (e.g. WALFEED_WORKER_BATCH_SIZE) reach the workers unchanged. Uses its own database and
 AMQP prefix and removes both at the end, also on Ctrl-C.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import resource
 import signal
@@ -88,6 +95,15 @@ WITH chunk AS (
 SELECT (SELECT max(follower_id) FROM chunk), (SELECT count(*) FROM chunk)
 """
 LEGACY_CHUNK_SIZE = 1000
+
+# pg_walinspect (bench.main creates it in the bench database): WAL records touching one database's relations, in
+# bytes without their full-page images (how many there are depends on when the last checkpoint was, not on the
+# design), and the records' count.
+WAL_OF_DATABASE = """
+SELECT coalesce(sum(record_length - fpi_length), 0), count(*)
+FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+WHERE block_ref LIKE %(rel)s
+"""
 
 
 def setup(conn: Conn, authors: int, followers: int) -> list[int]:
@@ -206,6 +222,10 @@ class Bench:
         self.dbname = str(conn.info.dbname)
         self.last: dict[int, int] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds per part of the last side measured (`_cpu`)
+        # WAL bytes (without full-page images) and records of this database's relations written by the last side
+        self.wal: tuple[float, float] = (math.nan, math.nan)
+        self.dboid = int(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
+                         .fetchone()[0])  # type: ignore[index]
 
     def _cpu(self) -> proc.Processes:
         """CPU seconds now of the parts a side may use: the worker processes, this database's backends by
@@ -221,11 +241,27 @@ class Bench:
         seen[os.getpid()] = ("bench", own.ru_utime + own.ru_stime)
         return seen
 
+    def _lsn(self) -> str:
+        return str(self.admin.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0])  # type: ignore[index]
+
+    def _wal(self, start: str, end: str) -> tuple[float, float]:
+        """WAL bytes (without full-page images) and records between two flushed positions that touch this
+        database's relations: the server's WAL holds every database's (other benches', other helpers'), these are
+        this side's. Commit records name no relation and are left out (a few dozen bytes per transaction). NaN
+        without pg_walinspect (PostgreSQL 15+, contrib)."""
+        try:
+            row = self.conn.execute(WAL_OF_DATABASE, {"start": start, "end": end, "rel": f"%/{self.dboid}/%"})
+            size, records = row.fetchone()  # type: ignore[misc]
+            return float(size), float(records)
+        except psycopg.Error:
+            return math.nan, math.nan
+
     def ceiling_side(self, posts: list[Post]) -> float:
-        """Seconds for SET_BASED over `posts` (made beforehand), and the CPU it took in self.cpu."""
-        before = self._cpu()
+        """Seconds for SET_BASED over `posts` (made beforehand); the CPU and WAL it took in self.cpu, self.wal."""
+        before, start = self._cpu(), self._lsn()
         seconds = set_based(self.ceiling, posts)
         self.cpu = proc.spent(before, self._cpu())
+        self.wal = self._wal(start, self._lsn())
         return seconds
 
     def authors(self, ids: list[int]) -> list[int]:
@@ -241,12 +277,13 @@ class Bench:
         self._signal(signal.SIGSTOP)
         try:
             publish(self.channel, self.topology, events)
-            before = self._cpu()
+            before, start = self._cpu(), self._lsn()
         finally:
             self._signal(signal.SIGCONT)
         started = time.monotonic()
         seconds = wait_done(self.conn, posts, self.last, rows_per_post, timeout=300.0) - started
         self.cpu = proc.spent(before, self._cpu())
+        self.wal = self._wal(start, self._lsn())
         return seconds
 
     def _signal(self, sig: int) -> None:
@@ -271,6 +308,7 @@ def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: in
         seconds[name] = sides[name]()
         if name in ("worker", "set_based"):  # CPU microseconds per post, by part
             out.update({f"{name}_cpu_us:{part}": cpu * 1e6 / n for part, cpu in bench.cpu.items()})
+            out[f"{name}_wal_per_post"], out[f"{name}_wal_records_per_post"] = (v / n for v in bench.wal)
     out.update({f"{name}_rows_per_s": n * rows / s for name, s in seconds.items()})
     out["events_per_s"] = n / seconds["worker"]
     return out
@@ -315,6 +353,8 @@ def main() -> int:
                 conn = stack.enter_context(psycopg.connect(url, autocommit=True))
                 ceiling = [stack.enter_context(psycopg.connect(url, autocommit=True)) for _ in range(k)]
                 admin = stack.enter_context(infra.admin())
+                with contextlib.suppress(psycopg.Error):  # superuser and contrib; else WAL is reported as nan
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
                 bench = Bench(conn, ceiling, channel, topology, workers, admin)
                 small = bench.authors(list(range(1, SEEDED + 1)))
                 big = bench.authors(setup(conn, authors=10, followers=BIG))
@@ -359,6 +399,11 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
         print(f"CPU per post, 10-follower authors, {label} (us, median): "
               + ", ".join(f"{part} {us:.0f}" for part, us in sorted(cpu.items(), key=lambda kv: -kv[1]))
               + f"; total {sum(cpu.values()):.0f} (rabbitmq: every user of the shared broker)")
+    print("WAL per post, 10-follower authors (records touching this database's relations, bytes without full-page "
+          "images, median): " + ", ".join(
+              f"{label} {median(runs[SMALL], f'{side}_wal_per_post'):,.0f} B in "
+              f"{median(runs[SMALL], f'{side}_wal_records_per_post'):.1f} records"
+              for side, label in (("worker", "workers"), ("set_based", "set-based ceiling"))))
     print("peak RSS per worker: " + ", ".join(f"{peak_rss_mb(w.pid):.0f} MB" for w in workers))
 
 
