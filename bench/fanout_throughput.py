@@ -146,15 +146,16 @@ POLL = 0.005  # seconds: the shortest interval between two polls of wait_done
 # 10,000 pending posts takes several ms, and polled back to back every 5 ms the watcher took about as much CPU as
 # the workers' own backends on this 2-core machine (0.3 core against 0.4), CPU the ceiling's side never shares.
 WATCH_DUTY = 0.2
+WAIT_MAX = 0.02  # seconds: the longest wait between two polls, which bounds how late the last row can be seen
 
 
 def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
     """Polls until every post has all its timeline rows; returns the time (monotonic) of the poll that saw the last
     one. The probe is the last follower's row (e2e.PROBE), then the count of the posts it found (e2e.COUNT). After
-    a poll that took t seconds the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY): a long poll is
-    one of many pending posts, early in the measurement; at its end few are pending and a poll takes about a ms, so
-    the poll that sees the last row comes at most max(POLL, 4 x such a poll) after it: a few ms, against the
-    workers, never for them."""
+    a poll that took t seconds the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX:
+    a long poll is one of many pending posts, early in the measurement; at its end few are pending and a poll
+    takes about a ms, so the poll that sees the last row comes a few ms after it, WAIT_MAX at most: late, against
+    the workers, never early."""
     pending, deadline = dict(posts), time.monotonic() + timeout
     while True:
         begun = time.monotonic()
@@ -168,7 +169,7 @@ def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post
         if begun > deadline:
             raise TimeoutError(f"{len(pending)} of {len(posts)} posts not fanned out after {timeout:.0f} s")
         took = time.monotonic() - begun
-        time.sleep(max(POLL, took * (1 - WATCH_DUTY) / WATCH_DUTY))  # the polling interval of a measurement
+        time.sleep(min(WAIT_MAX, max(POLL, took * (1 - WATCH_DUTY) / WATCH_DUTY)))  # a measurement's polling
 
 
 def set_based(conns: list[Conn], posts: list[Post]) -> float:
