@@ -13,12 +13,18 @@ order alternates from run to run). Reported per audience: worker rows/s ÷ ceili
 10-follower authors also events/s. For 1,000-follower authors also, labelled apart, the old ceiling: the worker's
 per-post statements of before issue 12 (LEGACY, frozen here: the baseline of "no worse than today").
 
+For 10-follower authors each side's CPU per post is reported by part (the worker processes, this database's
+backends by application, RabbitMQ, this process) and its WAL per post (records touching this database's
+relations, bytes without full-page images, pg_walinspect): on a machine busy with other work the wall-clock ratio
+is noise, these are not (docs/adr/0026).
+
 Posts are written as the api writes them (services/api/sql.py CREATE_POST: the post and its post.created outbox
 row in one statement); their events are read back from the outbox and published to `{prefix}.events` as the
 relay publishes them (services/cdc_relay/publisher.py EventProperties), on a confirming channel. The workers are
 paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts, so the publisher's
 speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of its last
-follower's row, then a full count, polled every few ms with a deadline. Worker and api settings in this
+follower's row, then a full count, polled with a deadline (wait_done: its polls take at most WATCH_DUTY of the
+time). Worker and api settings in this
 process's environment (e.g. WALFEED_WORKER_BATCH_SIZE) reach the workers unchanged. Uses its own database and
 AMQP prefix and removes both at the end, also on Ctrl-C.
 """
@@ -27,6 +33,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -40,7 +49,7 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.lib import e2e, entry, infra
+from bench.lib import dbload, e2e, entry, infra, proc
 from services.cdc_relay.messages import EventProperties
 from services.core import events as ev
 from services.core.topology import Topology
@@ -87,6 +96,15 @@ SELECT (SELECT max(follower_id) FROM chunk), (SELECT count(*) FROM chunk)
 """
 LEGACY_CHUNK_SIZE = 1000
 
+# pg_walinspect (bench.main creates it in the bench database): WAL records touching one database's relations, in
+# bytes without their full-page images (how many there are depends on when the last checkpoint was, not on the
+# design), and the records' count.
+WAL_OF_DATABASE = """
+SELECT coalesce(sum(record_length - fpi_length), 0), count(*)
+FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+WHERE block_ref LIKE %(rel)s
+"""
+
 
 def setup(conn: Conn, authors: int, followers: int) -> list[int]:
     """`authors` new users each followed by the same `followers` new users. Returns the author ids."""
@@ -123,9 +141,21 @@ def publish(channel: Any, topology: Topology, events: list[ev.Event]) -> None:
                               mandatory=True)
 
 
+POLL = 0.005  # seconds: the shortest interval between two polls of wait_done
+# The share of the measured time wait_done's own queries may take (one backend's, plus this process's): a poll of
+# 10,000 pending posts takes several ms, and polled back to back every 5 ms the watcher took about as much CPU as
+# the workers' own backends on this 2-core machine (0.3 core against 0.4), CPU the ceiling's side never shares.
+WATCH_DUTY = 0.2
+WAIT_MAX = 0.02  # seconds: the longest wait between two polls, which bounds how late the last row can be seen
+
+
 def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
     """Polls until every post has all its timeline rows; returns the time (monotonic) of the poll that saw the last
-    one. The probe is the last follower's row (e2e.PROBE), then the count of the posts it found (e2e.COUNT)."""
+    one. The probe is the last follower's row (e2e.PROBE), then the count of the posts it found (e2e.COUNT). After
+    a poll that took t seconds the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX:
+    a long poll is one of many pending posts, early in the measurement; at its end few are pending and a poll
+    takes about a ms, so the poll that sees the last row comes a few ms after it, WAIT_MAX at most: late, against
+    the workers, never early."""
     pending, deadline = dict(posts), time.monotonic() + timeout
     while True:
         begun = time.monotonic()
@@ -138,7 +168,8 @@ def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post
             return begun
         if begun > deadline:
             raise TimeoutError(f"{len(pending)} of {len(posts)} posts not fanned out after {timeout:.0f} s")
-        time.sleep(0.005)  # the polling interval of a measurement
+        took = time.monotonic() - begun
+        time.sleep(min(WAIT_MAX, max(POLL, took * (1 - WATCH_DUTY) / WATCH_DUTY)))  # a measurement's polling
 
 
 def set_based(conns: list[Conn], posts: list[Post]) -> float:
@@ -186,9 +217,53 @@ def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
 
 class Bench:
     def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
-                 workers: list[subprocess.Popen[bytes]]) -> None:
+                 workers: list[subprocess.Popen[bytes]], admin: Conn) -> None:
         self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
+        self.admin = admin
+        self.dbname = str(conn.info.dbname)
         self.last: dict[int, int] = {}
+        self.cpu: dict[str, float] = {}  # CPU seconds per part of the last side measured (`_cpu`)
+        # WAL bytes (without full-page images) and records of this database's relations written by the last side
+        self.wal: tuple[float, float] = (math.nan, math.nan)
+        self.dboid = int(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
+                         .fetchone()[0])  # type: ignore[index]
+
+    def _cpu(self) -> proc.Processes:
+        """CPU seconds now of the parts a side may use: the worker processes, this database's backends by
+        application (the workers', and the bench's: the watcher, or the ceiling), RabbitMQ (shared with whatever
+        else uses it on this machine) and this process (the watcher's polling, on the workers' side)."""
+        seen: proc.Processes = {}
+        for w in self.workers:
+            seen.update(proc.tree(w.pid, "worker"))
+        backends = dbload.take(self.admin, self.dbname).cpu
+        seen.update({pid: (f"postgres:{app}", cpu) for pid, (app, cpu) in backends.items()})
+        seen.update({pid: ("rabbitmq", cpu) for pid, (_name, cpu) in proc.by_name({"beam.smp"}).items()})
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        seen[os.getpid()] = ("bench", own.ru_utime + own.ru_stime)
+        return seen
+
+    def _lsn(self) -> str:
+        return str(self.admin.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0])  # type: ignore[index]
+
+    def _wal(self, start: str, end: str) -> tuple[float, float]:
+        """WAL bytes (without full-page images) and records between two flushed positions that touch this
+        database's relations: the server's WAL holds every database's (other benches', other helpers'), these are
+        this side's. Commit records name no relation and are left out (a few dozen bytes per transaction). NaN
+        without pg_walinspect (PostgreSQL 15+, contrib)."""
+        try:
+            row = self.conn.execute(WAL_OF_DATABASE, {"start": start, "end": end, "rel": f"%/{self.dboid}/%"})
+            size, records = row.fetchone()  # type: ignore[misc]
+            return float(size), float(records)
+        except psycopg.Error:
+            return math.nan, math.nan
+
+    def ceiling_side(self, posts: list[Post]) -> float:
+        """Seconds for SET_BASED over `posts` (made beforehand); the CPU and WAL it took in self.cpu, self.wal."""
+        before, start = self._cpu(), self._lsn()
+        seconds = set_based(self.ceiling, posts)
+        self.cpu = proc.spent(before, self._cpu())
+        self.wal = self._wal(start, self._lsn())
+        return seconds
 
     def authors(self, ids: list[int]) -> list[int]:
         rows = self.conn.execute("SELECT followee_id, max(follower_id) FROM follows WHERE followee_id = ANY(%s) "
@@ -203,10 +278,14 @@ class Bench:
         self._signal(signal.SIGSTOP)
         try:
             publish(self.channel, self.topology, events)
+            before, start = self._cpu(), self._lsn()
         finally:
             self._signal(signal.SIGCONT)
         started = time.monotonic()
-        return wait_done(self.conn, posts, self.last, rows_per_post, timeout=300.0) - started
+        seconds = wait_done(self.conn, posts, self.last, rows_per_post, timeout=300.0) - started
+        self.cpu = proc.spent(before, self._cpu())
+        self.wal = self._wal(start, self._lsn())
+        return seconds
 
     def _signal(self, sig: int) -> None:
         for w in self.workers:
@@ -218,14 +297,20 @@ def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: in
     rows = followers + 1
     sides: dict[str, Callable[[], float]] = {
         "worker": lambda: bench.worker(new_posts(bench.conn, authors, n), rows),
-        "set_based": lambda: set_based(bench.ceiling, new_posts(bench.conn, authors, n)),
+        "set_based": lambda: bench.ceiling_side(new_posts(bench.conn, authors, n)),
     }
     if legacy:
         sides["per_post"] = lambda: per_post(bench.ceiling, new_posts(bench.conn, authors, n))
     names = list(sides)
     names = names[order % len(names):] + names[:order % len(names)]
-    seconds = {name: sides[name]() for name in names}
-    out = {f"{name}_rows_per_s": n * rows / s for name, s in seconds.items()}
+    seconds: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for name in names:
+        seconds[name] = sides[name]()
+        if name in ("worker", "set_based"):  # CPU microseconds per post, by part
+            out.update({f"{name}_cpu_us:{part}": cpu * 1e6 / n for part, cpu in bench.cpu.items()})
+            out[f"{name}_wal_per_post"], out[f"{name}_wal_records_per_post"] = (v / n for v in bench.wal)
+    out.update({f"{name}_rows_per_s": n * rows / s for name, s in seconds.items()})
     out["events_per_s"] = n / seconds["worker"]
     return out
 
@@ -268,7 +353,10 @@ def main() -> int:
             with contextlib.ExitStack() as stack:
                 conn = stack.enter_context(psycopg.connect(url, autocommit=True))
                 ceiling = [stack.enter_context(psycopg.connect(url, autocommit=True)) for _ in range(k)]
-                bench = Bench(conn, ceiling, channel, topology, workers)
+                admin = stack.enter_context(infra.admin())
+                with contextlib.suppress(psycopg.Error):  # superuser and contrib; else WAL is reported as nan
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+                bench = Bench(conn, ceiling, channel, topology, workers, admin)
                 small = bench.authors(list(range(1, SEEDED + 1)))
                 big = bench.authors(setup(conn, authors=10, followers=BIG))
                 bench.worker(new_posts(conn, small, 20), SMALL + 1)  # warm-up: connections, prepared statements
@@ -306,6 +394,17 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
           f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s, ratio {ratio(BIG, 'per_post_rows_per_s'):.2f}")
     print(f"10-follower authors: {median(runs[SMALL], 'events_per_s'):,.0f} events/s ({args.small_events} events "
           f"per run, {k} processes; median of {len(runs[SMALL])} runs; issue 12's target >= 4,840)")
+    for side, label in (("worker", "workers"), ("set_based", "set-based ceiling")):
+        parts = sorted({k.split(":", 1)[1] for r in runs[SMALL] for k in r if k.startswith(f"{side}_cpu_us:")})
+        cpu = {part: statistics.median(r.get(f"{side}_cpu_us:{part}", 0.0) for r in runs[SMALL]) for part in parts}
+        print(f"CPU per post, 10-follower authors, {label} (us, median): "
+              + ", ".join(f"{part} {us:.0f}" for part, us in sorted(cpu.items(), key=lambda kv: -kv[1]))
+              + f"; total {sum(cpu.values()):.0f} (rabbitmq: every user of the shared broker)")
+    print("WAL per post, 10-follower authors (records touching this database's relations, bytes without full-page "
+          "images, median): " + ", ".join(
+              f"{label} {median(runs[SMALL], f'{side}_wal_per_post'):,.0f} B in "
+              f"{median(runs[SMALL], f'{side}_wal_records_per_post'):.1f} records"
+              for side, label in (("worker", "workers"), ("set_based", "set-based ceiling"))))
     print("peak RSS per worker: " + ", ".join(f"{peak_rss_mb(w.pid):.0f} MB" for w in workers))
 
 

@@ -60,7 +60,7 @@ CREATE_POST: Final = """
 WITH post AS (
     INSERT INTO posts (author_id, body, idempotency_key, request_hash)
     VALUES (%(author)s, %(body)s, %(key)s, %(hash)s)
-    ON CONFLICT (author_id, idempotency_key) DO NOTHING
+    ON CONFLICT (author_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, author_id, body, created_at
 ), event AS (
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext)

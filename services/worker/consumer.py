@@ -176,6 +176,7 @@ class Session:
         messages with a large audience go on to the large fan-out threads."""
         del self._tasks[deliveries[0].tag]
         acked: set[int] = set()
+        settled: list[Result] = []
         for delivery, result in zip(deliveries, results, strict=True):
             outcome = result.outcome
             if isinstance(outcome, policy.Large) and not self._stopping.is_set():
@@ -188,7 +189,8 @@ class Session:
                 del self._unsettled[delivery.tag]
                 continue
             acked.add(delivery.tag)
-            metrics.observe(result)
+            settled.append(result)
+        metrics.observe(settled)
         for tag, multiple in acks.frames(self._unsettled, acked):
             channel.basic_ack(tag, multiple=multiple)
         for tag in acked:
@@ -197,10 +199,10 @@ class Session:
     def _publish_outcome(self, publisher: BlockingChannel, delivery: Delivery, result: Result) -> bool:
         """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
         outcome = result.outcome
-        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type,
-                   "trace_id": tracecontext.trace_id(delivery.props.headers)}
         if not isinstance(outcome, policy.Retry | policy.Dead):
             return True
+        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type,
+                   "trace_id": tracecontext.trace_id(delivery.props.headers)}
         try:
             broker.publish_outcome(publisher, self._queues, outcome, delivery.body, delivery.props)
         except pika.exceptions.NackError as exc:

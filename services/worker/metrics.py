@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -28,16 +31,32 @@ BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied togeth
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 
 
-def observe(result: Result) -> None:
+def observe(results: Iterable[Result]) -> None:
+    """The settled messages of one batch. Counters go up once per label set and batch, and each label set is looked
+    up once per batch: per message, they cost the worker's connection thread about 20 us a message (issue 12)."""
     try:
-        outcome = result.outcome
-        MESSAGES.labels(result.event_type, type(outcome).__name__.lower()).inc()
-        LATENCY.labels(result.event_type).observe(result.seconds)
-        if isinstance(outcome, policy.Ack) and result.event is not None:
-            DELAY.labels(result.event_type).observe(max(0.0, time.time() - result.event.occurred_at.timestamp()))
-        if isinstance(outcome, policy.Retry):
-            RETRIES.labels(result.event_type).inc()
-        elif isinstance(outcome, policy.Dead):
-            DEAD.labels(result.event_type).inc()
+        settled: Tally[tuple[str, str]] = Tally()
+        latency: dict[str, Any] = {}
+        delay: dict[str, Any] = {}
+        now = time.time()
+        for result in results:
+            outcome, kind = result.outcome, result.event_type
+            settled[kind, type(outcome).__name__.lower()] += 1
+            _child(latency, LATENCY, kind).observe(result.seconds)
+            if isinstance(outcome, policy.Ack) and result.event is not None:
+                _child(delay, DELAY, kind).observe(max(0.0, now - result.event.occurred_at.timestamp()))
+        for (kind, outcome_name), n in settled.items():
+            MESSAGES.labels(kind, outcome_name).inc(n)
+            if outcome_name == "retry":
+                RETRIES.labels(kind).inc(n)
+            elif outcome_name == "dead":
+                DEAD.labels(kind).inc(n)
     except Exception:  # metrics are best effort
         log.warning("metrics update failed", exc_info=True)
+
+
+def _child(children: dict[str, Any], metric: Histogram, kind: str) -> Any:
+    child = children.get(kind)
+    if child is None:
+        child = children[kind] = metric.labels(kind)
+    return child

@@ -48,7 +48,7 @@ def loaded(database_url: str) -> Iterator[Db]:
         yield conn
 
 
-def plan(db: Db, query: str, params: dict[str, int]) -> dict[str, Any]:
+def plan(db: Db, query: str, params: dict[str, object]) -> dict[str, Any]:
     row = db.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
     assert row is not None
     value = row["QUERY PLAN"]
@@ -118,3 +118,16 @@ def test_statements_per_page_do_not_grow_with_followed_accounts(loaded: Db, data
     counts = asyncio.run(_count_statements(database_url))
     assert counts["follows 500"] == counts["follows 0"] <= 4, counts
     assert counts["straddling"] <= 4, counts
+
+
+def test_idempotency_key_lookup_uses_the_partial_unique_index(loaded: Db) -> None:
+    """db/init/014 indexes only the posts that have a key; the api's lookup by key still finds them by index, and
+    its insert's ON CONFLICT names that index's predicate (no arbiter otherwise)."""
+    loaded.execute("UPDATE posts SET idempotency_key = 'k' || id WHERE id % 10 = 0")
+    loaded.execute("ANALYZE posts")
+    scans = {(n["Node Type"], n.get("Index Name")) for n in nodes(plan(loaded, sql.POST_BY_KEY,
+                                                                      {"author": 2, "key": "k10"}))}
+    assert any(index == "posts_idempotency_idx" for _, index in scans), scans
+    assert "Seq Scan" not in {kind for kind, _ in scans}, scans
+    assert loaded.execute("SELECT count(*) AS n FROM pg_constraint WHERE conname = "
+                          "'posts_author_id_idempotency_key_key'").fetchone() == {"n": 0}
