@@ -60,6 +60,7 @@ def main() -> int:
         channel = amqp.channel()
         channel.confirm_delivery()
         benches: dict[str, tuple[ft.Bench, list[int], list[int]]] = {}
+        admin = stack.enter_context(infra.admin())
         for layout in LAYOUTS:
             topology = Topology(res.prefix(layout))
             env = infra.passthrough({"WALFEED_DATABASE_URL": urls[layout], "WALFEED_AMQP_URL": infra.AMQP,
@@ -69,7 +70,7 @@ def main() -> int:
             workers = [res.start(f"{layout}-worker-{i}", ["worker"], env) for i in range(k)]
             conn = stack.enter_context(psycopg.connect(urls[layout], autocommit=True))
             ceiling = [stack.enter_context(psycopg.connect(urls[layout], autocommit=True)) for _ in range(k)]
-            bench = ft.Bench(conn, ceiling, channel, topology, workers)
+            bench = ft.Bench(conn, ceiling, channel, topology, workers, admin)
             small = bench.authors(list(range(1, ft.SEEDED + 1)))
             big = bench.authors(ft.setup(conn, authors=10, followers=ft.BIG))
             bench.worker(ft.new_posts(conn, small, 20), ft.SMALL + 1)  # warm-up
