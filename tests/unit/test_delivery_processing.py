@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,14 +30,18 @@ class FakeStore:
     over_limit_for: float = 0.0  # seconds the target's rate limit holds tries back
     fail_load: Exception | None = None
 
-    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None:
+    loads: list[list[int]] = field(default_factory=list)  # the ids of each load_many call
+
+    def load_many(self, delivery_ids: Sequence[int], rate: float, burst: int) -> dict[int, tuple[Delivery, bool]]:
+        self.loads.append(list(delivery_ids))
         if self.fail_load is not None:
             raise self.fail_load
-        row = self.rows.get(delivery_id)
-        return None if row is None else (row, self.over_limit_for == 0)
+        return {i: (self.rows[i], self.over_limit_for == 0) for i in delivery_ids if i in self.rows}
 
-    def record(self, delivery_id: int, status: str, **kwargs: Any) -> None:
-        self.records.append((delivery_id, status, kwargs))
+    def record_many(self, records: Sequence[processing.Record]) -> None:
+        for record in records:
+            fields = dataclasses.asdict(record)
+            self.records.append((fields.pop("delivery_id"), fields.pop("status"), fields))
 
     def withdraw(self, delivery_id: int) -> None:
         self.withdrawn.append(delivery_id)
