@@ -62,7 +62,10 @@ class Session:
         self._stopping = stopping
         # Touched by the connection thread only:
         self._ready: deque[Message] = deque()  # delivered, not admitted yet
-        self._running: dict[int, Future[None]] = {}  # sends in flight
+        # Admitted, not recorded yet: at most `concurrency` sending on the pool's threads, as many again admitted
+        # ahead, so a thread that finishes takes the next at once instead of waiting for the statements.
+        self._running: dict[int, Future[None]] = {}
+        self._window = 2 * concurrency
         self._unsettled: dict[int, None] = {}  # every tag not acked or nacked yet, in delivery order
         self._done: set[int] = set()  # finished, to be acked (acks.py)
         self._pump_scheduled = False
@@ -90,6 +93,9 @@ class Session:
         for message in self._ready:  # not started: back to the queue as they were
             self._nack(channel, message.tag)
         self._ready.clear()
+        for started in [tag for tag, task in self._running.items() if task.cancel()]:  # admitted, not sending
+            del self._running[started]
+            self._nack(channel, started)
         while self._running:
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         self._flush_acks(channel, hold=0)
@@ -108,24 +114,25 @@ class Session:
             self._conn.call_later(0, pump)
 
     def _pump(self, channel: BlockingChannel, publisher: BlockingChannel) -> None:
-        """Connection thread: record and settle the finished sends, then admit and start what is ready."""
+        """Connection thread: admit and start what is ready, then record and settle the finished sends (the pool
+        threads meanwhile work on what was admitted ahead)."""
         self._pump_scheduled = False
         with self._lock:
             finished, self._finished = self._finished, []
             self._wake_pending = False
+        free = self._window - (len(self._running) - len(finished))
+        if free > 0 and self._ready and not self._stopping.is_set():
+            batch = [self._ready.popleft() for _ in range(min(free, len(self._ready)))]
+            wake = functools.partial(self._schedule, functools.partial(self._pump, channel, publisher))
+            for message, admitted in zip(batch, self._admitted(batch), strict=True):
+                if isinstance(admitted, processing.Attempt):
+                    self._running[message.tag] = self._pool.submit(self._send, message, admitted, wake)
+                else:
+                    self._settle(channel, publisher, message, admitted)
         if finished:
             for (message, _), outcome in zip(finished, self._concluded([t for _, t in finished]), strict=True):
                 del self._running[message.tag]
                 self._settle(channel, publisher, message, outcome)
-        free = self._concurrency - len(self._running)
-        if free > 0 and self._ready and not self._stopping.is_set():
-            batch = [self._ready.popleft() for _ in range(min(free, len(self._ready)))]
-            for message, admitted in zip(batch, self._admitted(batch), strict=True):
-                if isinstance(admitted, processing.Attempt):
-                    wake = functools.partial(self._schedule, functools.partial(self._pump, channel, publisher))
-                    self._running[message.tag] = self._pool.submit(self._send, message, admitted, wake)
-                else:
-                    self._settle(channel, publisher, message, admitted)
         self._flush_acks(channel, self._concurrency)
 
     def _admitted(self, batch: list[Message]) -> list[processing.Outcome | processing.Attempt]:
