@@ -1,11 +1,14 @@
 """Consume one channel's delivery queue on one broker connection, in batches (docs/adr/0082).
 
-The connection thread takes every message that is ready (up to WALFEED_DELIVERY_CONCURRENCY sends in flight), reads
-their deliveries and takes their tries from the targets' rates in one statement (`Processor.admit`), and hands each
-try to a pool thread; a thread that finishes queues its result and wakes the connection thread (once for all those
-finished meanwhile), which records the outcomes in one statement (`Processor.conclude`), then publishes the retry
-hops and dead letters and acks. So each send waits only for its own receiver (a hanging one holds one thread for
-its timeout), and the statements cost one round trip per batch, not two per delivery.
+The connection thread takes every message that is ready (up to twice WALFEED_DELIVERY_CONCURRENCY admitted and not
+recorded yet), reads their deliveries and takes their tries from the targets' rates in one statement
+(`Processor.admit`), and hands each try to the pool (WALFEED_DELIVERY_CONCURRENCY threads: sends in flight, as the
+bare client of bench/delivery_throughput.py; the other half of the window waits for a thread, so a thread that
+finishes starts the next send at once instead of waiting for the statements). A thread that finishes queues its
+result and wakes the connection thread (once for all those finished meanwhile), which records the outcomes in one
+statement (`Processor.conclude`), then publishes the retry hops and dead letters and acks. So each send waits only
+for its own receiver (a hanging one holds one thread for its own timeout), and the statements cost one round trip
+per batch, not two per delivery.
 
 pika's BlockingConnection is not thread-safe: every channel operation (publish, ack, nack) stays on the connection
 thread. A retry hop or dead letter is published on a confirming channel and the original acked only after the
