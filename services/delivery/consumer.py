@@ -136,7 +136,7 @@ class Session:
             for (message, _), outcome in zip(finished, self._concluded([t for _, t in finished]), strict=True):
                 del self._running[message.tag]
                 self._settle(channel, publisher, message, outcome)
-        self._flush_acks(channel, self._concurrency)
+        self._flush_acks(channel, self._window)  # held behind a slow one: up to a window
 
     def _admitted(self, batch: list[Message]) -> list[processing.Outcome | processing.Attempt]:
         try:
