@@ -2,7 +2,7 @@
 
 | variable | default | meaning |
 |---|---|---|
-| `WALFEED_DELIVERY_CONCURRENCY` | `16` | deliveries in flight in this process (threads) |
+| `WALFEED_DELIVERY_CONCURRENCY` | `16` | sends in flight in this process (threads), as many again admitted ahead |
 | `WALFEED_DELIVERY_MAX_ATTEMPTS` | `12` | tries before a delivery is DEAD (12: about 4 h with the defaults) |
 | `WALFEED_DELIVERY_RETRY_BASE` | `30` | seconds before the second try; each next doubles |
 | `WALFEED_DELIVERY_RETRY_CAP` | `1800` | seconds: the longest backoff |

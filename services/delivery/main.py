@@ -1,8 +1,8 @@
 """`walfeed deliver --channel webhook|email`: wiring of one channel's delivery worker (settings in config.py).
 
 Connects to Postgres (pool) and RabbitMQ (retried with backoff at start and after a loss), consumes
-`{prefix}.deliveries.{channel}` on WALFEED_DELIVERY_CONCURRENCY threads. SIGTERM/SIGINT: stop consuming, return what
-is not started, let running deliveries finish, exit 0.
+`{prefix}.deliveries.{channel}` in batches, sending on WALFEED_DELIVERY_CONCURRENCY threads (consumer.py, ADR 0082).
+SIGTERM/SIGINT: stop consuming, return what is not sending yet, let running sends finish and record them, exit 0.
 """
 
 from __future__ import annotations

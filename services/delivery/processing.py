@@ -7,10 +7,11 @@ here opens a socket.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Protocol
@@ -60,12 +61,48 @@ ACK: Final = Ack()
 REQUEUE: Final = Requeue()
 
 
-class Store(Protocol):
-    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None: ...
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A delivery to try now: it has taken a try from its target's rate. `now` is when its message was taken."""
 
-    def record(self, delivery_id: int, status: str, *, attempts: int, failed: bool, code: int | None = None,
-               error: str | None = None, excerpt: str | None = None, delay: float | None = None,
-               disable: str | None = None) -> None: ...
+    delivery: Delivery
+    attempt: int
+    headers: Mapping[str, object] | None = field(hash=False)
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Tried:
+    """An attempt and what came of it: the sender's result, or None and the exception's type when the sender
+    raised (a bug)."""
+
+    attempt: Attempt
+    result: policy.Result | None
+    after: datetime  # the try's end: the backoff counts from there (a timeout may have taken a while)
+    seconds: float
+    raised: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The outcome of a try (or of a decision not to try) to write on a delivery row (sql.RECORD)."""
+
+    delivery_id: int
+    status: str
+    attempts: int
+    failed: bool
+    code: int | None = None
+    error: str | None = None
+    excerpt: str | None = None
+    delay: float | None = None
+    disable: str | None = None
+
+
+class Store(Protocol):
+    def load_many(self, delivery_ids: Sequence[int], rate: float,
+                  burst: int) -> dict[int, tuple[Delivery, bool]]: ...
+
+    def record_many(self, records: Sequence[Record]) -> None: ...
 
     def withdraw(self, delivery_id: int) -> None: ...
 
@@ -89,6 +126,10 @@ def _now() -> datetime:
 
 
 class Processor:
+    """The steps of a delivery, for a batch of messages at a time: `admit` (one statement loads the batch and takes
+    its tries from the targets' rates), `send` (one delivery, on any thread), `conclude` (one statement records the
+    outcomes). `handle` runs the three for one message."""
+
     def __init__(self, store: Store, sender: Sender, limits: Limits, clock: Callable[[], datetime] = _now,
                  rand: random.Random | None = None) -> None:
         self._store = store
@@ -98,6 +139,84 @@ class Processor:
         self._rand = rand
 
     def handle(self, body: bytes, headers: Mapping[str, object] | None) -> Outcome:
+        (admitted,) = self.admit([(body, headers)])
+        if not isinstance(admitted, Attempt):
+            return admitted
+        (outcome,) = self.conclude([self.send(admitted)])
+        return outcome
+
+    def admit(self, messages: Sequence[tuple[bytes, Mapping[str, object] | None]]) -> list[Outcome | Attempt]:
+        """For each message, in order: its outcome without a try (not due, malformed, nothing to send, rate
+        limited, ...) or the Attempt to make."""
+        now = self._clock()
+        admitted: list[Outcome | Attempt | None] = []
+        wanted: dict[int, int] = {}  # message index -> delivery id, to load
+        for index, (body, headers) in enumerate(messages):
+            early = self._early(body, headers, now)
+            admitted.append(early if not isinstance(early, int) else None)
+            if isinstance(early, int):
+                wanted[index] = early
+        if wanted:
+            try:
+                loaded = self._store.load_many(list(dict.fromkeys(wanted.values())), self._limits.rate,
+                                               self._limits.burst)
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                for index, delivery_id in wanted.items():
+                    admitted[index] = self._unavailable(delivery_id, messages[index][1], now, exc)
+            except Exception:  # a bug in the adapter, maybe for one row: one at a time, so only that one is DEAD
+                log.exception("loading a batch failed, loading its deliveries one by one")
+                for index, delivery_id in wanted.items():
+                    admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
+                        self._admit(d, route.attempt_of(h), h, t, self._store.load_many([d], self._limits.rate,
+                                                                                         self._limits.burst))))
+            else:
+                for index, delivery_id in wanted.items():
+                    headers = messages[index][1]
+                    admitted[index] = self._guarded(delivery_id, headers, now, lambda d, h, t: self._admit(
+                        d, route.attempt_of(h), h, t, loaded))
+        return [a if a is not None else REQUEUE for a in admitted]
+
+    def send(self, attempt: Attempt) -> Tried:
+        """The try itself (HTTP or SMTP), on the calling thread; an exception in the sender is a None result."""
+        started = time.monotonic()
+        try:
+            result = self._sender.send(attempt.delivery, attempt.now)
+        except Exception as exc:  # a bug in the adapter: this delivery is DEAD, the others go on
+            log.exception("delivery failed unexpectedly, marking it DEAD", extra={"delivery_id": attempt.delivery.id})
+            return Tried(attempt, None, self._clock(), time.monotonic() - started, type(exc).__name__)
+        return Tried(attempt, result, self._clock(), time.monotonic() - started)
+
+    def conclude(self, tried: Sequence[Tried]) -> list[Outcome]:
+        """The outcomes of the tries, recorded on their rows in one statement, in order."""
+        decided = [self._decide(t) for t in tried]
+        try:
+            self._store.record_many([record for record, _ in decided])
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:  # sent, not recorded: sent again later
+            return [self._unavailable(t.attempt.delivery.id, t.attempt.headers, t.after, exc) for t in tried]
+        except Exception:  # a bug, maybe for one row: one at a time, so only that one is DEAD
+            log.exception("recording a batch failed, recording its deliveries one by one")
+            outcomes: list[Outcome] = []
+            for t, (record, outcome) in zip(tried, decided, strict=True):
+                step = functools.partial(self._record_one, record, outcome)
+                guarded = self._guarded(t.attempt.delivery.id, t.attempt.headers, t.after, step)
+                assert not isinstance(guarded, Attempt)
+                outcomes.append(guarded)
+            return outcomes
+        for t, (record, _) in zip(tried, decided, strict=True):
+            delivery = t.attempt.delivery
+            log.info("delivery attempted", extra={"delivery_id": delivery.id, "attempt": t.attempt.attempt,
+                                                  "channel": delivery.channel, "status": record.status,
+                                                  "code": record.code, "reason": record.error,
+                                                  "disable": record.disable, "ms": round(t.seconds * 1000, 1)})
+            metrics.attempted(delivery.channel, record.status, t.seconds, record.disable is not None)
+        return [outcome for _, outcome in decided]
+
+    def _record_one(self, record: Record, outcome: Outcome, *_: object) -> Outcome:
+        self._store.record_many([record])
+        return outcome
+
+    def _early(self, body: bytes, headers: Mapping[str, object] | None, now: datetime) -> Outcome | int:
+        """What a message comes to before its delivery is read, or its delivery id."""
         attempt = route.attempt_of(headers)
         parked = route.parked_reason(headers)
         if parked is not None:  # a dead letter that waited for room in the dead queue
@@ -108,31 +227,44 @@ class Processor:
             return DeadLetter(f"malformed: {exc}", attempt)
         if event.type != f"delivery.{self._limits.channel}":
             return DeadLetter(f"malformed: {event.type} is not a {self._limits.channel} delivery", attempt)
-        delivery_id = event.payload["delivery_id"]
-        now = self._clock()
         wait = route.hop(route.due_of(headers) - _ms(now))
         if wait is not None:
             return Hop(wait, dict(headers or {}))
-        try:
-            return self._deliver(delivery_id, attempt, headers, now)
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:  # not this message's fault: later
-            log.warning("database unavailable, delivery postponed", extra={"delivery_id": delivery_id,
-                                                                          "error": repr(exc)})
-            return Hop(_UNAVAILABLE_WAIT_MS, route.copy_headers(headers, **{
-                route.DUE_HEADER: _ms(now) + _UNAVAILABLE_WAIT_MS, route.REASON_HEADER: "database unavailable"}))
-        except Exception as exc:  # a bug in an adapter: this delivery is dead, the consumer goes on
-            log.exception("delivery failed unexpectedly, marking it DEAD", extra={"delivery_id": delivery_id})
-            reason = f"internal error: {type(exc).__name__}"
-            try:
-                self._store.record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason)
-            except Exception:
-                log.exception("could not mark the delivery DEAD", extra={"delivery_id": delivery_id})
-            return DeadLetter(reason, attempt)
+        delivery_id: int = event.payload["delivery_id"]
+        return delivery_id
 
-    def _deliver(self, delivery_id: int, attempt: int, headers: Mapping[str, object] | None,
-                 now: datetime) -> Outcome:
-        loaded = self._store.load(delivery_id, self._limits.rate, self._limits.burst)
-        if loaded is None:
+    def _guarded(self, delivery_id: int, headers: Mapping[str, object] | None, now: datetime,
+                 step: Callable[[int, Mapping[str, object] | None, datetime], Outcome | Attempt]) -> Outcome | Attempt:
+        """`step` for one delivery: a database that fails us postpones it; any other exception (a bug in an
+        adapter) makes it DEAD, and the others go on."""
+        try:
+            return step(delivery_id, headers, now)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            return self._unavailable(delivery_id, headers, now, exc)
+        except Exception as exc:
+            log.exception("delivery failed unexpectedly, marking it DEAD", extra={"delivery_id": delivery_id})
+            return self._dead(delivery_id, route.attempt_of(headers), f"internal error: {type(exc).__name__}")
+
+    def _dead(self, delivery_id: int, attempt: int, reason: str) -> DeadLetter:
+        try:
+            self._store.record_many([Record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason)])
+        except Exception:
+            log.exception("could not mark the delivery DEAD", extra={"delivery_id": delivery_id})
+        return DeadLetter(reason, attempt)
+
+    @staticmethod
+    def _unavailable(delivery_id: int, headers: Mapping[str, object] | None, now: datetime,
+                     exc: Exception) -> Hop:
+        """The database failed us, not this message: it comes back later."""
+        log.warning("database unavailable, delivery postponed", extra={"delivery_id": delivery_id,
+                                                                      "error": repr(exc)})
+        return Hop(_UNAVAILABLE_WAIT_MS, route.copy_headers(headers, **{
+            route.DUE_HEADER: _ms(now) + _UNAVAILABLE_WAIT_MS, route.REASON_HEADER: "database unavailable"}))
+
+    def _admit(self, delivery_id: int, attempt: int, headers: Mapping[str, object] | None, now: datetime,
+               loaded: Mapping[int, tuple[Delivery, bool]]) -> Outcome | Attempt:
+        found = loaded.get(delivery_id)
+        if found is None:
             unseen = route.unseen_of(headers)
             if unseen >= UNSEEN_TRIES:
                 return DeadLetter(f"no delivery {delivery_id}", attempt)
@@ -140,7 +272,7 @@ class Processor:
             return Hop(wait, route.copy_headers(headers, **{
                 route.UNSEEN_HEADER: unseen + 1, route.DUE_HEADER: _ms(now) + wait,
                 route.REASON_HEADER: "delivery not visible yet"}))
-        delivery, taken = loaded
+        delivery, taken = found
         context = {"delivery_id": delivery_id, "attempt": attempt, "channel": delivery.channel}
         if delivery.status not in policy.SENDABLE:
             log.info("delivery already settled, not sent", extra={**context, "status": delivery.status})
@@ -153,7 +285,8 @@ class Processor:
             return DeadLetter(f"delivery {delivery_id} is for channel {delivery.channel}", attempt)
         if delivery.disabled_at is not None:
             reason = f"webhook disabled: {delivery.disabled_reason}"
-            self._store.record(delivery_id, policy.DEAD, attempts=attempt - 1, failed=False, error=reason)
+            self._store.record_many([Record(delivery_id, policy.DEAD, attempts=attempt - 1, failed=False,
+                                            error=reason)])
             return DeadLetter(reason, attempt - 1)
         if not taken:
             wait_ms = max(1, round(self._store.wait(delivery.target, self._limits.rate, self._limits.burst) * 1000))
@@ -161,26 +294,27 @@ class Processor:
             metrics.THROTTLED.labels(delivery.channel).inc()
             return Hop(route.first_hop(wait_ms), route.copy_headers(headers, **{
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
-        started = time.monotonic()
-        result = self._sender.send(delivery, now)
-        after = self._clock()  # the backoff counts from the try's end (a timeout may have taken a while)
-        decision = policy.decide(result, attempt, self._limits.retry, after, delivery.failing_since, self._rand)
-        code = result.code if isinstance(result, policy.Answer) else None
-        self._store.record(delivery_id, decision.status, attempts=attempt, failed=decision.status != policy.DELIVERED,
-                           code=code, error=decision.reason,
-                           excerpt=result.excerpt if isinstance(result, policy.Answer) else None,
-                           delay=decision.delay, disable=decision.disable)
-        seconds = time.monotonic() - started
-        log.info("delivery attempted", extra={**context, "status": decision.status, "code": code,
-                                              "reason": decision.reason, "disable": decision.disable,
-                                              "ms": round(seconds * 1000, 1)})
-        metrics.attempted(delivery.channel, decision.status, seconds, decision.disable is not None)
+        return Attempt(delivery, attempt, headers, now)
+
+    def _decide(self, tried: Tried) -> tuple[Record, Outcome]:
+        attempt, result, after = tried.attempt.attempt, tried.result, tried.after
+        delivery_id = tried.attempt.delivery.id
+        if result is None:
+            reason = f"internal error: {tried.raised}"
+            return Record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
+                DeadLetter(reason, attempt)
+        decision = policy.decide(result, attempt, self._limits.retry, after, tried.attempt.delivery.failing_since,
+                                 self._rand)
+        answer = result if isinstance(result, policy.Answer) else None
+        record = Record(delivery_id, decision.status, attempts=attempt, failed=decision.status != policy.DELIVERED,
+                        code=answer.code if answer else None, error=decision.reason,
+                        excerpt=answer.excerpt if answer else None, delay=decision.delay, disable=decision.disable)
         if decision.status == policy.DELIVERED:
-            return ACK
+            return record, ACK
         if decision.status == policy.DEAD:
-            return DeadLetter(decision.reason or "dead", attempt)
+            return record, DeadLetter(decision.reason or "dead", attempt)
         delay_ms = max(1, round((decision.delay or 0) * 1000))
-        return Hop(route.first_hop(delay_ms), route.copy_headers(headers, **{
+        return record, Hop(route.first_hop(delay_ms), route.copy_headers(tried.attempt.headers, **{
             route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(after) + delay_ms,
             route.REASON_HEADER: decision.reason or ""}))
 

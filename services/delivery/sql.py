@@ -2,11 +2,13 @@
 
 from typing import Final
 
-# A delivery and everything its message is built from: the target (webhook, or the recipient's address), the
-# notification, its actor and post. Secrets are read here and go nowhere but the signature. In the same statement,
-# when the delivery is to be tried now, one try is taken from its target's rate limit: a GCRA (generic cell rate
-# algorithm) per target, allowed while the target's theoretical arrival time is at most `tolerance` ahead of now,
-# which then moves `interval` further (no limit: `interval` NULL). `taken` is false when over the limit.
+# A batch of deliveries and everything their messages are built from: the target (webhook, or the recipient's
+# address), the notification, its actor and post. Secrets are read here and go nowhere but the signature. In the
+# same statement, for each delivery to be tried now, one try is taken from its target's rate limit: a GCRA (generic
+# cell rate algorithm) per target, allowed while the target's theoretical arrival time is at most `tolerance` ahead
+# of now, which then moves `interval` further (no limit: `interval` NULL). `taken` is false when over the limit.
+# ON CONFLICT cannot update one row twice in a statement, so one delivery per target takes its try here; the
+# others to the same target come back `deferred`, for the next statement (store.py).
 LOAD: Final = """
 WITH d AS (
     SELECT d.id, d.channel, d.status, d.attempts, d.notification_id, d.recipient_id, d.created_at,
@@ -16,49 +18,63 @@ WITH d AS (
            a.handle AS actor_handle, p.body AS post_body,
            u.handle AS recipient_handle, u.email, u.email_kinds,
            CASE WHEN d.channel = 'webhook' THEN 'webhook:' || d.webhook_id ELSE 'email:' || d.recipient_id END
-               AS target
+               AS target,
+           %(interval)s::float8 IS NOT NULL AND d.status IN ('PENDING', 'RETRYING') AND n.withdrawn_at IS NULL
+               AND w.disabled_at IS NULL AS limited
     FROM deliveries d
     JOIN users u ON u.id = d.recipient_id
     LEFT JOIN webhooks w ON w.id = d.webhook_id
     LEFT JOIN notifications n ON n.id = d.notification_id
     LEFT JOIN users a ON a.id = n.actor_id
     LEFT JOIN posts p ON p.id = n.post_id AND p.deleted_at IS NULL
-    WHERE d.id = %(id)s
+    WHERE d.id = ANY(%(ids)s::bigint[])
+), first AS (
+    SELECT DISTINCT ON (target) id, target FROM d WHERE limited ORDER BY target, id
 ), taken AS (
     INSERT INTO delivery_rate_limits AS r (target, tat)
-    SELECT d.target, clock_timestamp() + make_interval(secs => %(interval)s) FROM d
-    WHERE %(interval)s::float8 IS NOT NULL AND d.status IN ('PENDING', 'RETRYING') AND d.withdrawn_at IS NULL
-      AND d.disabled_at IS NULL
+    SELECT target, clock_timestamp() + make_interval(secs => %(interval)s) FROM first
     ON CONFLICT (target) DO UPDATE SET tat = greatest(r.tat, clock_timestamp()) + make_interval(secs => %(interval)s)
     WHERE r.tat - clock_timestamp() <= make_interval(secs => %(tolerance)s)
-    RETURNING true
+    RETURNING target
 )
-SELECT d.*, %(interval)s::float8 IS NULL OR EXISTS (SELECT FROM taken) AS taken FROM d
+SELECT d.*,
+       %(interval)s::float8 IS NULL OR d.id IN (SELECT f.id FROM first f JOIN taken t USING (target)) AS taken,
+       d.limited AND d.id NOT IN (SELECT id FROM first) AS deferred
+FROM d
 """
 
-# The outcome of a try (or of a decision not to try). Only a delivery still to be sent changes: one withdrawn or
-# settled meanwhile keeps its status. Its webhook's run of failures starts at the first failure and ends at a
-# success; `disable` (a reason) disables the webhook, keeping the first reason if it already is. The webhook row is
+# The outcomes of a batch of tries (or of decisions not to try), one array element each. Only a delivery still to
+# be sent changes: one withdrawn or settled meanwhile keeps its status. Its webhook's run of failures starts at the
+# first failure and ends at a success (several deliveries of the batch to one webhook: a success among them ends
+# it); `disable` (a reason) disables the webhook, keeping the first reason if it already is. The webhook row is
 # written only when one of these changes (not at every success: concurrent deliveries to one webhook would queue on
 # its row lock).
 RECORD: Final = """
-WITH d AS (
-    UPDATE deliveries
-    SET status = %(status)s, attempts = greatest(attempts, %(attempts)s), last_status_code = %(code)s,
-        last_error = %(error)s, response_excerpt = %(excerpt)s,
-        next_attempt_at = clock_timestamp() + make_interval(secs => %(delay)s), updated_at = clock_timestamp()
-    WHERE id = %(id)s AND status IN ('PENDING', 'RETRYING')
-    RETURNING webhook_id
+WITH r AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[], %(codes)s::int[],
+                         %(errors)s::text[], %(excerpts)s::text[], %(delays)s::float8[], %(failed)s::bool[],
+                         %(disable)s::text[])
+        AS r(id, status, attempts, code, error, excerpt, delay, failed, disable)
+), d AS (
+    UPDATE deliveries x
+    SET status = r.status, attempts = greatest(x.attempts, r.attempts), last_status_code = r.code,
+        last_error = r.error, response_excerpt = r.excerpt,
+        next_attempt_at = clock_timestamp() + make_interval(secs => r.delay), updated_at = clock_timestamp()
+    FROM r
+    WHERE x.id = r.id AND x.status IN ('PENDING', 'RETRYING')
+    RETURNING x.webhook_id, r.failed, r.disable
+), h AS (
+    SELECT webhook_id, bool_and(failed) AS failed, min(disable) AS disable
+    FROM d WHERE webhook_id IS NOT NULL GROUP BY webhook_id
 )
 UPDATE webhooks w
-SET failing_since = CASE WHEN %(failed)s THEN coalesce(w.failing_since, clock_timestamp()) END,
-    disabled_at = CASE WHEN %(disable)s::text IS NULL THEN w.disabled_at
-                       ELSE coalesce(w.disabled_at, clock_timestamp()) END,
-    disabled_reason = CASE WHEN %(disable)s::text IS NULL OR w.disabled_at IS NOT NULL THEN w.disabled_reason
-                           ELSE %(disable)s END
-FROM d
-WHERE w.id = d.webhook_id
-  AND (%(disable)s::text IS NOT NULL OR (w.failing_since IS NULL) = %(failed)s)  -- else nothing changes: no write
+SET failing_since = CASE WHEN h.failed THEN coalesce(w.failing_since, clock_timestamp()) END,
+    disabled_at = CASE WHEN h.disable IS NULL THEN w.disabled_at ELSE coalesce(w.disabled_at, clock_timestamp()) END,
+    disabled_reason = CASE WHEN h.disable IS NULL OR w.disabled_at IS NOT NULL THEN w.disabled_reason
+                           ELSE h.disable END
+FROM h
+WHERE w.id = h.webhook_id
+  AND (h.disable IS NOT NULL OR (w.failing_since IS NULL) = h.failed)  -- else nothing changes: no write
 """
 
 WITHDRAW: Final = """

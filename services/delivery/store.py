@@ -1,36 +1,51 @@
-"""Postgres adapter of the delivery worker: load a delivery taking a try from its target's rate, record the try's
-outcome."""
+"""Postgres adapter of the delivery worker: load a batch of deliveries taking their tries from their targets'
+rates, record the tries' outcomes, each in one statement."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from psycopg_pool import ConnectionPool
 
 from services.delivery import sql
 from services.delivery.payload import Delivery
+from services.delivery.processing import Record
 
 
 class Store:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
 
-    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None:
-        """The delivery, and whether a try was taken from its target's rate (`rate` tries/s, `burst` at once; a
-        rate of 0 is no limit) if it is to be tried now; None when there is no such delivery."""
+    def load_many(self, delivery_ids: Sequence[int], rate: float,
+                  burst: int) -> dict[int, tuple[Delivery, bool]]:
+        """The deliveries found, each with whether a try was taken from its target's rate (`rate` tries/s, `burst`
+        at once; a rate of 0 is no limit) if it is to be tried now. One statement per round: a target takes one
+        try per statement (sql.LOAD), so a batch with k deliveries to one target takes k rounds for those."""
         interval = 1.0 / rate if rate > 0 else None
-        params = {"id": delivery_id, "interval": interval, "tolerance": (burst - 1) * (interval or 0.0)}
+        found: dict[int, tuple[Delivery, bool]] = {}
+        left = list(dict.fromkeys(delivery_ids))
         with self._pool.connection() as conn:
-            row = conn.execute(sql.LOAD, params).fetchone()
-        if row is None:
-            return None
-        return Delivery.from_row(row), bool(row["taken"])  # type: ignore[arg-type, call-overload]
+            while left:
+                rows = conn.execute(sql.LOAD, {"ids": left, "interval": interval,
+                                               "tolerance": (burst - 1) * (interval or 0.0)}).fetchall()
+                left = []
+                for row in rows:
+                    if row["deferred"]:  # type: ignore[call-overload]
+                        left.append(row["id"])  # type: ignore[call-overload]
+                    else:
+                        found[row["id"]] = (Delivery.from_row(row), bool(row["taken"]))  # type: ignore[arg-type, call-overload]
+        return found
 
-    def record(self, delivery_id: int, status: str, *, attempts: int, failed: bool, code: int | None = None,
-               error: str | None = None, excerpt: str | None = None, delay: float | None = None,
-               disable: str | None = None) -> None:
+    def record_many(self, records: Sequence[Record]) -> None:
+        if not records:
+            return
         with self._pool.connection() as conn:
-            conn.execute(sql.RECORD, {"id": delivery_id, "status": status, "attempts": attempts, "code": code,
-                                      "error": error, "excerpt": excerpt, "delay": delay, "failed": failed,
-                                      "disable": disable})
+            conn.execute(sql.RECORD, {
+                "ids": [r.delivery_id for r in records], "statuses": [r.status for r in records],
+                "attempts": [r.attempts for r in records], "codes": [r.code for r in records],
+                "errors": [r.error for r in records], "excerpts": [r.excerpt for r in records],
+                "delays": [r.delay for r in records], "failed": [r.failed for r in records],
+                "disable": [r.disable for r in records]})
 
     def withdraw(self, delivery_id: int) -> None:
         with self._pool.connection() as conn:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,16 +28,27 @@ class FakeStore:
     records: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     withdrawn: list[int] = field(default_factory=list)
     over_limit_for: float = 0.0  # seconds the target's rate limit holds tries back
+    limited: set[int] | None = None  # with over_limit_for: only these deliveries are over the limit (None: all)
     fail_load: Exception | None = None
+    fail_load_of: int | None = None  # fail_load only when this delivery is among those loaded
+    fail_record: Exception | None = None
+    loads: list[list[int]] = field(default_factory=list)  # the ids of each load_many call
+    record_calls: int = 0
 
-    def load(self, delivery_id: int, rate: float, burst: int) -> tuple[Delivery, bool] | None:
-        if self.fail_load is not None:
+    def load_many(self, delivery_ids: Sequence[int], rate: float, burst: int) -> dict[int, tuple[Delivery, bool]]:
+        self.loads.append(list(delivery_ids))
+        if self.fail_load is not None and (self.fail_load_of is None or self.fail_load_of in delivery_ids):
             raise self.fail_load
-        row = self.rows.get(delivery_id)
-        return None if row is None else (row, self.over_limit_for == 0)
+        return {i: (self.rows[i], self.over_limit_for == 0 or (self.limited is not None and i not in self.limited))
+                for i in delivery_ids if i in self.rows}
 
-    def record(self, delivery_id: int, status: str, **kwargs: Any) -> None:
-        self.records.append((delivery_id, status, kwargs))
+    def record_many(self, records: Sequence[processing.Record]) -> None:
+        self.record_calls += 1
+        if self.fail_record is not None:
+            raise self.fail_record
+        for record in records:
+            fields = dataclasses.asdict(record)
+            self.records.append((fields.pop("delivery_id"), fields.pop("status"), fields))
 
     def withdraw(self, delivery_id: int) -> None:
         self.withdrawn.append(delivery_id)
@@ -181,3 +194,53 @@ def test_a_parked_dead_letter_goes_to_the_dead_queue_again() -> None:
     outcome = _processor(FakeStore(), FakeSender()).handle(b"", {route.DEAD_HEADER: b"HTTP 400",
                                                                  route.ATTEMPT_HEADER: 1})
     assert outcome == processing.DeadLetter("HTTP 400", 1)
+
+
+def _batch(processor: processing.Processor, *ids: int) -> list[processing.Outcome]:
+    """admit, send and conclude, as the consumer does, for one message per delivery id."""
+    admitted = processor.admit([(_body(i), None) for i in ids])
+    tries = [processor.send(a) for a in admitted if isinstance(a, processing.Attempt)]
+    concluded = iter(processor.conclude(tries))
+    return [next(concluded) if isinstance(a, processing.Attempt) else a for a in admitted]
+
+
+def test_a_batch_is_loaded_with_one_statement_and_recorded_with_one() -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2), 3: _delivery(3)})
+    sender = FakeSender([policy.Answer(204), policy.Answer(500), policy.Answer(410)])
+    outcomes = _batch(_processor(store, sender), 1, 2, 3)
+    assert store.loads == [[1, 2, 3]] and store.record_calls == 1
+    assert outcomes[0] == processing.ACK and isinstance(outcomes[1], processing.Hop)
+    assert outcomes[2] == processing.DeadLetter("HTTP 410", 1)
+    assert [(r[0], r[1]) for r in store.records] == [(1, policy.DELIVERED), (2, policy.RETRYING), (3, policy.DEAD)]
+    assert store.records[2][2]["disable"] is not None
+
+
+def test_in_a_batch_a_sender_that_raises_kills_only_its_own_delivery() -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)})
+    outcomes = _batch(_processor(store, FakeSender([ZeroDivisionError("bug"), policy.Answer(200)])), 1, 2)
+    assert outcomes == [processing.DeadLetter("internal error: ZeroDivisionError", 1), processing.ACK]
+    assert [(r[0], r[1]) for r in store.records] == [(1, policy.DEAD), (2, policy.DELIVERED)]
+
+
+def test_a_batch_load_that_raises_is_loaded_again_one_by_one_and_only_the_failing_one_is_dead() -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)}, fail_load=ValueError("bug"), fail_load_of=1)
+    outcomes = _batch(_processor(store, FakeSender([policy.Answer(204)])), 1, 2)
+    assert outcomes == [processing.DeadLetter("internal error: ValueError", 1), processing.ACK]
+    assert store.loads == [[1, 2], [1], [2]]
+
+
+def test_in_a_batch_only_the_rate_limited_ones_wait_and_they_spend_no_attempt() -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)}, over_limit_for=0.5, limited={2})
+    outcome_1, outcome_2 = _processor(store, FakeSender()).admit([(_body(1), None),
+                                                                  (_body(2), {route.ATTEMPT_HEADER: 3})])
+    assert isinstance(outcome_1, processing.Attempt) and outcome_1.attempt == 1
+    assert isinstance(outcome_2, processing.Hop) and outcome_2.headers[route.ATTEMPT_HEADER] == 3
+    assert outcome_2.headers[route.REASON_HEADER] == "rate limited" and store.records == []
+
+
+def test_a_database_outage_while_recording_postpones_the_batch_without_spending_attempts() -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)},
+                      fail_record=psycopg.OperationalError("server closed the connection"))
+    outcomes = _batch(_processor(store, FakeSender([policy.Answer(204), policy.Answer(500)])), 1, 2)
+    assert all(isinstance(o, processing.Hop) and o.headers[route.REASON_HEADER] == "database unavailable"
+               and route.ATTEMPT_HEADER not in o.headers for o in outcomes)

@@ -36,8 +36,9 @@ def webhook(conn: Conn, owner: int, url: str, secret: str, previous: str | None 
 
 
 def notify(conn: Conn, recipient: int, actor: int, *, webhook_id: int | None = None, email: bool = False,
-           kind: str = "follow", post_id: int | None = None) -> int:
-    """A notification and one delivery (to the webhook, or by email) with its outbox event; the delivery id."""
+           kind: str = "follow", post_id: int | None = None, commit: bool = True) -> int:
+    """A notification and one delivery (to the webhook, or by email) with its outbox event; the delivery id.
+    `commit=False`: in the caller's transaction, so that several reach the relay, and the worker, together."""
     notification = conn.execute(
         "INSERT INTO notifications (recipient_id, kind, actor_id, post_id, event_id) "
         "VALUES (%s, %s, %s, %s, gen_random_uuid()) RETURNING id", (recipient, kind, actor, post_id)).fetchone()
@@ -50,7 +51,8 @@ def notify(conn: Conn, recipient: int, actor: int, *, webhook_id: int | None = N
     event = ev.Event.new(f"delivery.{channel}", delivery[0], {"delivery_id": delivery[0]})
     conn.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s, %s)",
                  (event.id, event.aggregate_type, event.aggregate_id, event.type, Jsonb(event.payload)))
-    conn.commit()
+    if commit:
+        conn.commit()
     return int(delivery[0])
 
 
