@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from services.api import ratelimit, store, tokens
-from services.api.deps import Token, database, session, throttle, write_session
+from services.api.deps import ReadAfter, Token, database, read, throttle, write_session, written
 from services.api.models import CreatedUser, Me, MeUpdate, NewToken, NewUser, User
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid, outbox_trace
@@ -23,6 +23,8 @@ async def create_user(new: NewUser, request: Request) -> CreatedUser:
     async with database(request) as db:
         await throttle(request, db, request.app.state.api_settings.signup_limit, client)
         row = await store.create_user(db, new.handle, tokens.token_hash(token))
+        if row is not None:
+            await written(request, db, row["id"])
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
@@ -51,10 +53,9 @@ async def revoke_token(token: Token, request: Request) -> Response:
 
 
 @router.get("/users/me", response_model=Me, tags=["users"], responses=AUTH)
-async def get_me(token: Token, request: Request) -> Me:
+async def get_me(token: Token, request: Request, after: ReadAfter) -> Me:
     """The caller's own account, with its notification mail settings."""
-    async with session(request, token) as (db, me):
-        return Me(**await store.get_me(db, me))
+    return Me(**await read(request, token, after, store.get_me))
 
 
 @router.patch("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BODY, **LIMITED})
@@ -68,9 +69,8 @@ async def update_me(update: MeUpdate, token: Token, request: Request) -> Me:
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
-async def get_user(user_id: Id, token: Token, request: Request) -> User:
-    async with session(request, token) as (db, _):
-        row = await store.get_user(db, user_id)
+async def get_user(user_id: Id, token: Token, request: Request, after: ReadAfter) -> User:
+    row = await read(request, token, after, lambda db, _: store.get_user(db, user_id))
     if row is None:
         raise ApiError(404, f"no user {user_id}")
     threshold = request.app.state.settings.celebrity_threshold
