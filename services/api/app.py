@@ -117,10 +117,22 @@ _RATE_LIMIT_HEADERS = {
 }
 
 
+def _not_null(parameter: dict[str, Any]) -> None:
+    """An optional header is absent or a string, never JSON null: FastAPI writes `str | None` as
+    `anyOf: [string, null]`, which makes clients (and schemathesis) send the text "null"."""
+    options = parameter.get("schema", {}).get("anyOf")
+    if parameter.get("in") == "header" and options and {"type": "null"} in options:
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) == 1:
+            parameter["schema"] = {**{k: v for k, v in parameter["schema"].items() if k != "anyOf"}, **kept[0]}
+
+
 def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
     """Every 4xx/5xx response is documented as application/problem+json with the Problem schema."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                _not_null(parameter)
             responses = operation.get("responses", {})
             for code, response in responses.items():
                 if code.isdigit() and int(code) >= 400:

@@ -106,10 +106,15 @@ async def written(request: Request, db: store.Conn, user: int) -> None:
 
 
 async def read_after(value: Annotated[str | None, Header(
-        alias=readafter.HEADER, pattern=readafter.PATTERN,
-        description="the value of this header on the response to one of your writes: this read then sees that "
-                    "write (docs/api.md, read replicas)")] = None) -> int | None:
-    return None if value is None else readafter.parse(value)
+        alias=readafter.HEADER, max_length=64,
+        description="the value of this header on the response to one of your writes, e.g. 16/B374D848: this "
+                    "read then sees that write (docs/api.md, read replicas); any other value is a 400")] = None,
+                     ) -> int | None:
+    """The position a read must see, from the header (400 `invalid-read-after` when it is not one)."""
+    try:
+        return None if value is None else readafter.parse(value)
+    except readafter.InvalidToken as exc:
+        raise ApiError(400, str(exc), "invalid-read-after") from None
 
 
 ReadAfter = Annotated[int | None, Depends(read_after)]

@@ -18,7 +18,6 @@ MAX_ENTRIES: Final = 10_000  # users remembered per process: far above one proce
 FIRST_POLL: Final = 0.001  # seconds; a healthy replica replays a commit within a millisecond or two
 MAX_POLL: Final = 0.02  # the poll interval grows up to this: at most ~50 replay checks a second per waiting read
 
-PATTERN: Final = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"  # the header's, in the OpenAPI document too
 _LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
 

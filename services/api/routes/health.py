@@ -13,7 +13,7 @@ from services.api.replica import WRITTEN, Replica
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Status)
+@router.get("/healthz", response_model=Status, response_model_exclude_none=True)
 async def healthz() -> Status:
     """The process is alive (says nothing about the database)."""
     return Status(status="ok")

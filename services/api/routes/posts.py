@@ -16,7 +16,8 @@ from services.api.models import NewPost, Page, Post, post_from_row, post_json
 from services.api.problems import ApiError
 from services.api.routes import (
     AUTH,
-    BAD_CURSOR,
+    BAD_CURSOR_OR_TOKEN,
+    BAD_TOKEN,
     BODY,
     INVALID,
     LIMITED,
@@ -61,7 +62,7 @@ async def create_post(new: NewPost, token: Token, request: Request,
                     headers=None if created else {"Idempotent-Replayed": "true"})
 
 
-@router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND})
+@router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND, **BAD_TOKEN})
 async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter) -> Post:
     row = await read(request, token, after, lambda db, _: store.get_post(db, post_id))
     if row is None:
@@ -82,7 +83,7 @@ async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 
 
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
-            responses={**NOT_FOUND, **BAD_CURSOR})
+            responses={**NOT_FOUND, **BAD_CURSOR_OR_TOKEN})
 async def user_posts(user_id: Id, token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
                      cursor: CursorParam = None) -> Page:
     """One author's posts, newest first."""

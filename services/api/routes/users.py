@@ -8,7 +8,18 @@ from services.api import ratelimit, store, tokens
 from services.api.deps import ReadAfter, Token, database, read, throttle, write_session, written
 from services.api.models import CreatedUser, Me, MeUpdate, NewToken, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid, outbox_trace
+from services.api.routes import (
+    AUTH,
+    BAD_TOKEN,
+    BODY,
+    INVALID,
+    LIMITED,
+    NOT_FOUND,
+    UNAVAILABLE,
+    Id,
+    invalid,
+    outbox_trace,
+)
 from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
@@ -52,7 +63,7 @@ async def revoke_token(token: Token, request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/users/me", response_model=Me, tags=["users"], responses=AUTH)
+@router.get("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BAD_TOKEN})
 async def get_me(token: Token, request: Request, after: ReadAfter) -> Me:
     """The caller's own account, with its notification mail settings."""
     return Me(**await read(request, token, after, store.get_me))
@@ -68,7 +79,7 @@ async def update_me(update: MeUpdate, token: Token, request: Request) -> Me:
     return Me(**row)
 
 
-@router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
+@router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND, **BAD_TOKEN})
 async def get_user(user_id: Id, token: Token, request: Request, after: ReadAfter) -> User:
     row = await read(request, token, after, lambda db, _: store.get_user(db, user_id))
     if row is None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -17,6 +20,7 @@ from services.api.app import create_app
 from services.api.readafter import HEADER
 from services.core.settings import Settings
 from testkit.pgcluster import Node, PgCluster
+from testkit.processes import Processes, free_port
 from testkit.waiting import eventually
 from tests.integration.api.conftest import TEST_API, Account, SignUp, serve
 
@@ -129,11 +133,13 @@ def test_another_user_sees_a_post_once_the_replica_replayed_it(
     assert [p["id"] for p in items] == [post_id]
 
 
-def test_a_malformed_token_is_a_422_naming_the_header(client: httpx.Client, signup: SignUp) -> None:
+@pytest.mark.parametrize("path", ["/v1/timeline", "/v1/posts/1", "/v1/users/1", "/v1/users/1/posts", "/v1/users/me"])
+def test_a_malformed_token_is_a_400_problem_naming_the_header(client: httpx.Client, signup: SignUp,
+                                                             path: str) -> None:
     alice = signup("alice")
-    reply = client.get("/v1/timeline", headers={**alice.auth, HEADER: "tomorrow"})
-    assert reply.status_code == 422 and reply.json()["type"].endswith("/validation")
-    assert reply.json()["errors"][0]["loc"] == ["header", HEADER]
+    reply = client.get(path, headers={**alice.auth, HEADER: "tomorrow"})
+    assert reply.status_code == 400 and reply.json()["type"].endswith("/invalid-read-after"), reply.text
+    assert HEADER in reply.json()["detail"]
 
 
 def test_reads_are_served_by_the_primary_while_the_replica_is_down(fresh_pg_cluster: PgCluster) -> None:
@@ -153,3 +159,43 @@ def test_reads_are_served_by_the_primary_while_the_replica_is_down(fresh_pg_clus
         reads = _reads(client)
         assert reads.get(("primary", "replica-error"), 0) >= 1 and reads.get(("primary", "replica-down"), 0) >= 5
         fresh_pg_cluster.start(db.standby)  # back: after WALFEED_API_REPLICA_RETRY reads use it again
+
+
+def test_concurrent_writers_beyond_the_waiter_cap_still_read_their_posts(
+        client: httpx.Client, signup: SignUp, replicated: Replicated) -> None:
+    """Half the replica pool (TEST_API: 8) may wait at once; the reads beyond go to the primary at once."""
+    writers = [signup(f"w{i}") for i in range(12)]
+    with replay_paused(replicated.standby), ThreadPoolExecutor(len(writers)) as pool:
+        posts = [_post(client, w, "paused") for w in writers]
+        results = list(pool.map(lambda wp: client.get(f"/v1/posts/{wp[1][0]}", headers={
+            **wp[0].auth, HEADER: wp[1][1]}).status_code, zip(writers, posts, strict=True)))
+    assert results == [200] * len(writers)
+    reads = _reads(client)
+    assert reads.get(("primary", "busy"), 0) >= 1 and reads.get(("primary", "lagging"), 0) >= 1, reads
+
+
+def test_the_walfeed_api_process_with_two_workers_reads_the_replica_from_its_settings(
+        replicated: Replicated, tmp_path: Path) -> None:
+    """WALFEED_DATABASE_READ_URL through the real command; with two worker processes only the header carries a
+    write to a read served by the other process, and it does."""
+    port = free_port()
+    processes = Processes({"WALFEED_DATABASE_URL": replicated.primary_url,
+                           "WALFEED_DATABASE_READ_URL": replicated.replica_url, "WALFEED_API_WORKERS": "2",
+                           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0", "TMPDIR": str(tmp_path)},
+                          tmp_path)
+    try:
+        api = processes.start("api", "api", "--port", str(port))
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            ready = eventually(lambda: client.get("/readyz").json().get("replica"), timeout=60, what="api ready")
+            assert ready["status"] == "ok", ready
+            reply = client.post("/v1/users", json={"handle": "alice"})
+            alice = Account(reply.json()["id"], "alice", reply.json()["token"])
+            with replay_paused(replicated.standby):
+                for i in range(10):  # new connections: uvicorn's workers take turns
+                    post_id, token = _post(client, alice, f"post {i}")
+                    with httpx.Client(base_url=client.base_url, timeout=30) as fresh:
+                        assert fresh.get(f"/v1/posts/{post_id}", headers={**alice.auth, HEADER: token}
+                                         ).status_code == 200
+        assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+    finally:
+        processes.kill_all()
