@@ -105,11 +105,13 @@ async def written(request: Request, db: store.Conn, user: int) -> None:
         request.state.read_after = readafter.format_lsn(await replica.written(db, user))
 
 
-async def read_after(value: Annotated[str | None, Header(
-        alias=readafter.HEADER, max_length=64,
-        description="the value of this header on the response to one of your writes, e.g. 16/B374D848: this "
-                    "read then sees that write (docs/api.md, read replicas); any other value is a 400")] = None,
-                     ) -> int | None:
+ReadAfterHeader = Annotated[str | None, Header(
+    alias=readafter.HEADER, max_length=64,
+    description="the value of this header on the response to one of your writes, e.g. 16/B374D848: this read "
+                "then sees that write (docs/api.md, read replicas); any other value is a 400")]
+
+
+async def read_after(value: ReadAfterHeader = None) -> int | None:
     """The position a read must see, from the header (400 `invalid-read-after` when it is not one)."""
     try:
         return None if value is None else readafter.parse(value)
@@ -142,7 +144,7 @@ async def read(request: Request, token: str, after: int | None, work: Callable[[
 
 async def throttle(request: Request, db: store.Conn, quota: Quota, subject: str) -> None:
     """Count this request against `quota` for `subject`; 429 with Retry-After when over it. The RateLimit
-    header fields go on whatever the response is (middleware.RateLimitHeaders)."""
+    header fields go on whatever the response is (middleware.StateHeaders)."""
     if not quota.enabled:
         return
     row = await store.rate_limit_hit(db, quota.key(subject), quota.window, quota.limit)
