@@ -87,7 +87,7 @@ def main() -> int:
             for proc in procs.all:
                 proc.stop(signal.SIGTERM, timeout=30)
             procs.kill_all()
-    print(f"{args.rounds} interleaved rounds; load average after: {entry.load_avg()} (2 shared cores: busy)")
+    print(f"{args.rounds} interleaved rounds; load average after: {entry.load_avg()}")
     for kind in KINDS:
         row = []
         for name in ("replica", "primary"):
