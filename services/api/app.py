@@ -16,8 +16,10 @@ from prometheus_client import CollectorRegistry, multiprocess
 from services.api import db, problems, revocations
 from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
-from services.api.middleware import BodyLimit, Metrics, RateLimitHeaders
+from services.api.middleware import BodyLimit, Metrics, StateHeaders
 from services.api.problems import Problem
+from services.api.readafter import WriteMemory
+from services.api.replica import Replica
 from services.api.routes import feed, health, notifications, posts, users, webhooks
 from services.core import tracing
 from services.core.settings import Settings
@@ -38,6 +40,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
                             timeout=api.pool_timeout, options=options)
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
+        app.state.replica = await _open_replica(api, options, app.state.registry)
         listener = (asyncio.create_task(revocations.listen(settings.database_url, app.state.token_cache, options))
                     if api.auth_cache_seconds > 0 else None)
         try:
@@ -48,6 +51,8 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
                 with contextlib.suppress(asyncio.CancelledError):
                     await listener
             await pool.close()
+            if app.state.replica is not None:
+                await app.state.replica.pool.close()
 
     app = FastAPI(title="walfeed", version="1", lifespan=lifespan,
                   description="News feed API. Errors are RFC 9457 problem documents.",
@@ -55,6 +60,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
                   docs_url="/docs" if api.docs else None, redoc_url="/redoc" if api.docs else None,
                   openapi_url="/openapi.json" if api.docs else None)
     app.state.settings = settings
+    app.state.replica = None  # set by the lifespan when WALFEED_DATABASE_READ_URL is
     app.state.api_settings = api
     app.state.token_cache = TokenCache(api.auth_cache_seconds)
     app.state.tracing = traces  # spans around outbox writes, and per request when configured (ADR 0072)
@@ -66,7 +72,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     if not api.metrics_port:  # else main.py serves them on the internal port
         app.include_router(health.metrics_router)
     problems.install(app)
-    app.add_middleware(RateLimitHeaders)
+    app.add_middleware(StateHeaders)
     app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
     app.add_middleware(Metrics, registry=app.state.registry)
     traces.install(app)
@@ -81,6 +87,17 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     return app
 
 
+async def _open_replica(api: ApiSettings, options: str, registry: CollectorRegistry) -> Replica | None:
+    """The read replica's pool (same sizes as the primary's), or None when WALFEED_DATABASE_READ_URL is unset."""
+    if api.read_url is None:
+        return None
+    pool = db.make_pool(api.read_url, min_size=api.pool_min, max_size=api.pool_max, timeout=api.pool_timeout,
+                        options=options, name="walfeed-api-replica")
+    await pool.open(wait=False)  # a replica down at start: reads go to the primary until it answers
+    return Replica(pool, wait=api.read_after_wait, retry=api.replica_retry, max_waiters=max(1, api.pool_max // 2),
+                   memory=WriteMemory(api.read_after_memory), registry=registry)
+
+
 def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     """What /metrics exposes: this process's registry, or, when main.run started several worker processes and
     set PROMETHEUS_MULTIPROC_DIR (prometheus_client then keeps every value in a file per process), the sum of
@@ -93,17 +110,29 @@ def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     return combined
 
 
-# On every response of an operation counted against a rate limit (middleware.RateLimitHeaders).
+# On every response of an operation counted against a rate limit (middleware.StateHeaders).
 _RATE_LIMIT_HEADERS = {
     "RateLimit-Policy": {"schema": {"type": "string"}, "description": 'the limit counted, e.g. "write";q=120;w=60'},
     "RateLimit": {"schema": {"type": "string"}, "description": 'what is left of it, e.g. "write";r=119;t=42'},
 }
 
 
+def _not_null(parameter: dict[str, Any]) -> None:
+    """An optional header is absent or a string, never JSON null: FastAPI writes `str | None` as
+    `anyOf: [string, null]`, which makes clients (and schemathesis) send the text "null"."""
+    options = parameter.get("schema", {}).get("anyOf")
+    if parameter.get("in") == "header" and options and {"type": "null"} in options:
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) == 1:
+            parameter["schema"] = {**{k: v for k, v in parameter["schema"].items() if k != "anyOf"}, **kept[0]}
+
+
 def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
     """Every 4xx/5xx response is documented as application/problem+json with the Problem schema."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                _not_null(parameter)
             responses = operation.get("responses", {})
             for code, response in responses.items():
                 if code.isdigit() and int(code) >= 400:

@@ -16,6 +16,10 @@
 | `WALFEED_API_SIGNUP_WINDOW` | `3600` | that window, in seconds |
 | `WALFEED_API_WRITE_LIMIT` | `120` | writes per user per window (posts, follows, webhooks, ...); 0: no limit |
 | `WALFEED_API_WRITE_WINDOW` | `60` | that window, in seconds |
+| `WALFEED_DATABASE_READ_URL` | unset | a streaming replica for timeline, post and user reads (ADR 0092) |
+| `WALFEED_API_READ_AFTER_WAIT` | `0.25` | seconds a read waits for the replica to replay the caller's write |
+| `WALFEED_API_READ_AFTER_MEMORY` | `10.0` | seconds this process remembers each user's last write; 0: off |
+| `WALFEED_API_REPLICA_RETRY` | `5.0` | seconds reads stay on the primary after the replica failed |
 | `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | CIDR networks webhook URLs may resolve to although not public |
 | `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | `true`: plain `http://` webhook URLs are accepted |
 | `WALFEED_WEBHOOK_SECRET_OVERLAP` | `86400` | seconds the previous secret keeps signing after a rotation |
@@ -56,6 +60,10 @@ class ApiSettings:
     write_limit: Quota = WRITE_LIMIT
     webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/delivery/ssrf.py)
     secret_overlap: int = SECRET_OVERLAP
+    read_url: str | None = None  # WALFEED_DATABASE_READ_URL: the replica (docs/adr/0092)
+    read_after_wait: float = 0.25
+    read_after_memory: float = 10.0
+    replica_retry: float = 5.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -81,7 +89,19 @@ class ApiSettings:
             write_limit=_quota(env, "WALFEED_API_WRITE", WRITE_LIMIT),
             webhook_policy=ssrf.policy_from_env(env),
             secret_overlap=env.int("WALFEED_WEBHOOK_SECRET_OVERLAP", SECRET_OVERLAP, minimum=0, maximum=30 * 86_400),
+            read_url=_read_url(env),
+            read_after_wait=env.float("WALFEED_API_READ_AFTER_WAIT", 0.25, minimum=0.0, maximum=10.0),
+            read_after_memory=env.float("WALFEED_API_READ_AFTER_MEMORY", 10.0, minimum=0.0, maximum=3600.0),
+            replica_retry=env.float("WALFEED_API_REPLICA_RETRY", 5.0, minimum=0.1, maximum=3600.0),
         )
+
+
+def _read_url(env: Env) -> str | None:
+    url = env.optional("WALFEED_DATABASE_READ_URL")
+    if url is not None and not url.startswith(("postgresql://", "postgres://")) and "=" not in url:
+        raise SettingsError(f"WALFEED_DATABASE_READ_URL={url!r} is invalid: expected a libpq URL "
+                            "(postgresql://...) or key=value connection string of the replica, or leave it unset")
+    return url
 
 
 def _quota(env: Env, prefix: str, default: Quota) -> Quota:

@@ -41,11 +41,12 @@ def session_options(statement_timeout: float) -> str:
     return f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
 
 
-def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "") -> Pool:
+def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "",
+              name: str = "walfeed-api") -> Pool:
     """Not opened: `await pool.open(wait=False)` inside the event loop."""
     recent = _RecentUse()
     return AsyncConnectionPool(
-        url, min_size=min_size, max_size=max_size, name="walfeed-api", open=False, timeout=timeout,
+        url, min_size=min_size, max_size=max_size, name=name, open=False, timeout=timeout,
         kwargs={"autocommit": True, "row_factory": dict_row, "options": options},
         connection_class=psycopg.AsyncConnection[dict[str, Any]],
         check=recent.check, reset=recent.reset,

@@ -6,20 +6,23 @@ A verified token is remembered for a short while (authcache.TokenCache, ADR 0032
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Annotated, TypeVar
 
 import psycopg
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import PoolTimeout
 
-from services.api import ratelimit, store, tokens
+from services.api import ratelimit, readafter, store, tokens
 from services.api.authcache import TokenCache
 from services.api.db import Pool
 from services.api.problems import ApiError, unauthorized
 from services.api.ratelimit import Quota
+from services.api.replica import Replica
+
+T = TypeVar("T")
 
 # Documents the scheme in OpenAPI; the check itself is ours (401 + WWW-Authenticate, never 403).
 _bearer = HTTPBearer(auto_error=False, description="the token returned by POST /v1/users")
@@ -36,13 +39,11 @@ async def bearer(credentials: Annotated[HTTPAuthorizationCredentials | None, Dep
 Token = Annotated[str, Depends(bearer)]
 
 
-@asynccontextmanager
-async def database(request: Request) -> AsyncIterator[store.Conn]:
-    """A pooled connection in autocommit mode (writes open explicit transactions); 503 when unavailable."""
-    pool: Pool = request.app.state.pool
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """The database's failures as 503 problems."""
     try:
-        async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
-            yield conn
+        yield
     except psycopg.errors.QueryCanceled as exc:  # WALFEED_API_STATEMENT_TIMEOUT (an OperationalError too)
         raise ApiError(503, "the database took longer than this api allows for one request; retry later",
                        "database-timeout", {"Retry-After": "1"}) from exc
@@ -51,13 +52,27 @@ async def database(request: Request) -> AsyncIterator[store.Conn]:
                        {"Retry-After": "1"}) from exc
 
 
-async def authenticate(request: Request, db: store.Conn, token: str) -> int:
-    """The id of the user whose bearer token this is; 401 otherwise."""
+@asynccontextmanager
+async def database(request: Request) -> AsyncIterator[store.Conn]:
+    """A pooled connection to the primary in autocommit mode (writes open explicit transactions); 503 when
+    unavailable."""
+    pool: Pool = request.app.state.pool
+    with database_errors():
+        async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
+            yield conn
+
+
+async def authenticate(request: Request, db: store.Conn | None, token: str) -> int:
+    """The id of the user whose bearer token this is; 401 otherwise. Without `db`, a cache miss takes a
+    connection to the primary for the lookup."""
     digest = tokens.token_hash(token)
     cache: TokenCache = request.app.state.token_cache
     user = cache.get(digest)
     if user is not None:
         return user
+    if db is None:
+        async with database(request) as primary:
+            return await authenticate(request, primary, token)
     generation = cache.generation  # a token change seen after this drops the fill below
     row = await store.authenticate(db, digest)
     if row is None or not tokens.matches(row["token_hash"], token):
@@ -79,11 +94,57 @@ async def write_session(request: Request, token: str) -> AsyncIterator[tuple[sto
     async with session(request, token) as (db, me):
         await throttle(request, db, request.app.state.api_settings.write_limit, str(me))
         yield db, me
+        await written(request, db, me)
+
+
+async def written(request: Request, db: store.Conn, user: int) -> None:
+    """After a write that committed on `db`, with a read replica: its position goes back in the WalFeed-Read-After
+    header (middleware.StateHeaders) and into this process's memory of the user's writes (docs/adr/0092)."""
+    replica: Replica | None = request.app.state.replica
+    if replica is not None:
+        request.state.read_after = readafter.format_lsn(await replica.written(db, user))
+
+
+ReadAfterHeader = Annotated[str | None, Header(
+    alias=readafter.HEADER, max_length=64,
+    description="the value of this header on the response to one of your writes, e.g. 16/B374D848: this read "
+                "then sees that write (docs/api.md, read replicas); any other value is a 400")]
+
+
+async def read_after(value: ReadAfterHeader = None) -> int | None:
+    """The position a read must see, from the header (400 `invalid-read-after` when it is not one)."""
+    try:
+        return None if value is None else readafter.parse(value)
+    except readafter.InvalidToken as exc:
+        raise ApiError(400, str(exc), "invalid-read-after") from None
+
+
+ReadAfter = Annotated[int | None, Depends(read_after)]
+
+
+async def read(request: Request, token: str, after: int | None, work: Callable[[store.Conn, int], Awaitable[T]]) -> T:
+    """`work(connection, caller)` for a read a replica may answer: on the replica once it has replayed what the
+    caller must see (`after`, their WalFeed-Read-After token, or their last write through this process), else on
+    the primary. Without a replica, on the primary as every other request. The token is checked on the primary."""
+    replica: Replica | None = request.app.state.replica
+    if replica is None:
+        async with session(request, token) as (db, me):
+            return await work(db, me)
+    me = await authenticate(request, None, token)
+
+    async def on_primary(reason: str) -> T:
+        replica.reads.labels("primary", reason).inc()
+        async with database(request) as db:
+            return await work(db, me)
+
+    with database_errors():
+        return await replica.run(readafter.wanted(after, replica.memory.get(me)),
+                                 lambda db: work(db, me), on_primary)
 
 
 async def throttle(request: Request, db: store.Conn, quota: Quota, subject: str) -> None:
     """Count this request against `quota` for `subject`; 429 with Retry-After when over it. The RateLimit
-    header fields go on whatever the response is (middleware.RateLimitHeaders)."""
+    header fields go on whatever the response is (middleware.StateHeaders)."""
     if not quota.enabled:
         return
     row = await store.rate_limit_hit(db, quota.key(subject), quota.window, quota.limit)

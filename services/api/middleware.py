@@ -1,5 +1,5 @@
 """Pure ASGI middleware: request size limit (before any parsing), Prometheus metrics by route template, and the
-RateLimit header fields of a request that was counted against a limit."""
+header fields dependencies leave in the request state (RateLimit, WalFeed-Read-After)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.api.problems import problem_response
 from services.api.ratelimit import Decision
+from services.api.readafter import HEADER
 
 
 class BodyLimit:
@@ -77,9 +78,10 @@ class Metrics:
             self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
 
 
-class RateLimitHeaders:
-    """Adds `RateLimit-Policy` and `RateLimit` to the response of a request that deps.throttle counted (kept in
-    request.state, i.e. scope["state"]), whatever its status: the 429 itself, or a 201, 204, 404..."""
+class StateHeaders:
+    """Adds to the response the header fields a dependency left in request.state (scope["state"]), whatever
+    its status: `RateLimit-Policy` and `RateLimit` of a request that deps.throttle counted (the 429 itself, or a
+    201, 204, 404...), and `WalFeed-Read-After` of a write when a read replica is configured (deps.written)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -90,10 +92,17 @@ class RateLimitHeaders:
             return
 
         async def add_fields(message: Message) -> None:
-            decision: Decision | None = scope.get("state", {}).get("rate_limit")
-            if message["type"] == "http.response.start" and decision is not None:
+            if message["type"] == "http.response.start":
+                state = scope.get("state", {})
+                fields: dict[str, str] = {}
+                decision: Decision | None = state.get("rate_limit")
+                if decision is not None:
+                    fields.update(decision.headers)
+                read_after: str | None = state.get("read_after")
+                if read_after is not None:
+                    fields[HEADER] = read_after
                 message["headers"] = [*message.get("headers", []),
-                                      *((k.lower().encode(), v.encode()) for k, v in decision.headers.items())]
+                                      *((k.lower().encode(), v.encode()) for k, v in fields.items())]
             await send(message)
 
         await self.app(scope, receive, add_fields)

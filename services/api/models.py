@@ -66,8 +66,14 @@ class Page(BaseModel):
     next_cursor: str | None
 
 
+class ReplicaStatus(BaseModel):
+    status: str = Field(description="ok, unreachable (reads go to the primary) or not-a-standby")
+    lag_bytes: Annotated[int | None, Field(description="WAL the replica has still to replay behind the primary")] = None
+
+
 class Status(BaseModel):
     status: str
+    replica: Annotated[ReplicaStatus | None, Field(description="only with WALFEED_DATABASE_READ_URL set")] = None
 
 
 def rfc3339(moment: datetime) -> str:

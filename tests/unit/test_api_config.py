@@ -27,6 +27,10 @@ def test_defaults() -> None:
     ({"WALFEED_API_SIGNUP_WINDOW": "0"}, "WALFEED_API_SIGNUP_WINDOW"),
     ({"WALFEED_API_WRITE_LIMIT": "lots"}, "WALFEED_API_WRITE_LIMIT"),
     ({"WALFEED_API_WRITE_WINDOW": "86401"}, "WALFEED_API_WRITE_WINDOW"),
+    ({"WALFEED_DATABASE_READ_URL": "replica:5432"}, "WALFEED_DATABASE_READ_URL"),
+    ({"WALFEED_API_READ_AFTER_WAIT": "-0.1"}, "WALFEED_API_READ_AFTER_WAIT"),
+    ({"WALFEED_API_READ_AFTER_MEMORY": "long"}, "WALFEED_API_READ_AFTER_MEMORY"),
+    ({"WALFEED_API_REPLICA_RETRY": "0"}, "WALFEED_API_REPLICA_RETRY"),
 ])
 def test_invalid_values_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
@@ -45,3 +49,12 @@ def test_security_settings_from_env() -> None:
     assert (api.metrics_port, api.metrics_host, api.docs, api.statement_timeout) == (9100, "127.0.0.1", False, 0.5)
     assert not api.write_limit.enabled
     assert (api.signup_limit.policy, api.signup_limit.limit, api.signup_limit.window) == ("signup", 5, 60)
+
+
+def test_read_replica_from_env() -> None:
+    assert ApiSettings().read_url is None  # unset: every read on the primary, as before
+    api = ApiSettings.from_env({"WALFEED_DATABASE_READ_URL": "postgresql://replica/walfeed",
+                                "WALFEED_API_READ_AFTER_WAIT": "0.5", "WALFEED_API_READ_AFTER_MEMORY": "0",
+                                "WALFEED_API_REPLICA_RETRY": "2"})
+    assert (api.read_url, api.read_after_wait, api.read_after_memory, api.replica_retry) == (
+        "postgresql://replica/walfeed", 0.5, 0.0, 2.0)

@@ -21,8 +21,13 @@ BODY: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed JSON"},
     413: {"description": "request body over the size limit"},
 }
+BAD_TOKEN: dict[int | str, dict[str, Any]] = {
+    400: {"description": "WalFeed-Read-After is not a position a write returned (invalid-read-after)"}}
 BAD_CURSOR: dict[int | str, dict[str, Any]] = {
     400: {"description": "the cursor is not a next_cursor of this listing (invalid-cursor)"}}
+BAD_CURSOR_OR_TOKEN: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the cursor is not a next_cursor of this listing (invalid-cursor), or WalFeed-Read-After "
+                         "is not a position a write returned (invalid-read-after)"}}
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {
     "description": "the database is unavailable (database-unavailable) or took longer than the api allows "
                    "(database-timeout)", "headers": RETRY_AFTER}}

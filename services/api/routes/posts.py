@@ -11,12 +11,13 @@ from fastapi import APIRouter, Header, Request, Response
 
 from services.api import cursor as cursors
 from services.api import paging, store
-from services.api.deps import Token, session, write_session
+from services.api.deps import ReadAfter, Token, read, write_session
 from services.api.models import NewPost, Page, Post, post_from_row, post_json
 from services.api.problems import ApiError
 from services.api.routes import (
     AUTH,
-    BAD_CURSOR,
+    BAD_CURSOR_OR_TOKEN,
+    BAD_TOKEN,
     BODY,
     INVALID,
     LIMITED,
@@ -61,10 +62,9 @@ async def create_post(new: NewPost, token: Token, request: Request,
                     headers=None if created else {"Idempotent-Replayed": "true"})
 
 
-@router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND})
-async def get_post(post_id: Id, token: Token, request: Request) -> Post:
-    async with session(request, token) as (db, _):
-        row = await store.get_post(db, post_id)
+@router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND, **BAD_TOKEN})
+async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter) -> Post:
+    row = await read(request, token, after, lambda db, _: store.get_post(db, post_id))
     if row is None:
         raise ApiError(404, f"no post {post_id}")
     return post_from_row(row)
@@ -83,16 +83,23 @@ async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 
 
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
-            responses={**NOT_FOUND, **BAD_CURSOR})
-async def user_posts(user_id: Id, token: Token, request: Request, limit: Limit = 20,
+            responses={**NOT_FOUND, **BAD_CURSOR_OR_TOKEN})
+async def user_posts(user_id: Id, token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
                      cursor: CursorParam = None) -> Page:
     """One author's posts, newest first."""
     kind = f"user:{user_id}"
     before = decode_cursor(kind, cursor)
-    async with session(request, token) as (db, _):
+
+    async def posts_of_user(db: store.Conn, _: int) -> list[store.Row] | None:
+        """The page, or None when the user does not exist."""
         rows = await store.author_posts(db, user_id, before or cursors.MAX_ID, limit + 1)
         if not rows and before is None and not await store.user_exists(db, user_id):
-            raise ApiError(404, f"no user {user_id}")
+            return None
+        return rows
+
+    rows = await read(request, token, after, posts_of_user)
+    if rows is None:
+        raise ApiError(404, f"no user {user_id}")
     return page(kind, rows, limit)
 
 

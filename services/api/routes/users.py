@@ -5,10 +5,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from services.api import ratelimit, store, tokens
-from services.api.deps import Token, database, session, throttle, write_session
+from services.api.deps import ReadAfter, Token, database, read, throttle, write_session, written
 from services.api.models import CreatedUser, Me, MeUpdate, NewToken, NewUser, User
 from services.api.problems import ApiError
-from services.api.routes import AUTH, BODY, INVALID, LIMITED, NOT_FOUND, UNAVAILABLE, Id, invalid, outbox_trace
+from services.api.routes import (
+    AUTH,
+    BAD_TOKEN,
+    BODY,
+    INVALID,
+    LIMITED,
+    NOT_FOUND,
+    UNAVAILABLE,
+    Id,
+    invalid,
+    outbox_trace,
+)
 from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
@@ -23,6 +34,8 @@ async def create_user(new: NewUser, request: Request) -> CreatedUser:
     async with database(request) as db:
         await throttle(request, db, request.app.state.api_settings.signup_limit, client)
         row = await store.create_user(db, new.handle, tokens.token_hash(token))
+        if row is not None:
+            await written(request, db, row["id"])
     if row is None:
         raise ApiError(409, f"the handle {new.handle!r} is taken", "handle-taken")
     return CreatedUser(id=row["id"], handle=row["handle"], token=token)
@@ -50,11 +63,10 @@ async def revoke_token(token: Token, request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/users/me", response_model=Me, tags=["users"], responses=AUTH)
-async def get_me(token: Token, request: Request) -> Me:
+@router.get("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BAD_TOKEN})
+async def get_me(token: Token, request: Request, after: ReadAfter) -> Me:
     """The caller's own account, with its notification mail settings."""
-    async with session(request, token) as (db, me):
-        return Me(**await store.get_me(db, me))
+    return Me(**await read(request, token, after, store.get_me))
 
 
 @router.patch("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BODY, **LIMITED})
@@ -67,10 +79,9 @@ async def update_me(update: MeUpdate, token: Token, request: Request) -> Me:
     return Me(**row)
 
 
-@router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND})
-async def get_user(user_id: Id, token: Token, request: Request) -> User:
-    async with session(request, token) as (db, _):
-        row = await store.get_user(db, user_id)
+@router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND, **BAD_TOKEN})
+async def get_user(user_id: Id, token: Token, request: Request, after: ReadAfter) -> User:
+    row = await read(request, token, after, lambda db, _: store.get_user(db, user_id))
     if row is None:
         raise ApiError(404, f"no user {user_id}")
     threshold = request.app.state.settings.celebrity_threshold
