@@ -149,22 +149,35 @@ WATCH_DUTY = 0.2
 WAIT_MAX = 0.02  # seconds: the longest wait between two polls, which bounds how late the last row can be seen
 
 
+# A small audience is fanned out in the transaction that records the post's decision (services/worker, ADR 0024): the
+# decision is the cheap sign that its rows are there, a key probe of posts; a probe of timelines by (user, post) for
+# thousands of posts is planned as a scan of every partition (docs/adr/0093). One probe per id through a LATERAL
+# subquery the planner cannot flatten (as services/worker/sql.py does): `id = ANY(...)` was planned as a scan of posts.
+DECIDED = """
+SELECT p.id FROM unnest(%s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND fanned_out IS NOT NULL OFFSET 0) p
+"""
+
+
 def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
-    """Polls until every post has all its timeline rows; returns the time (monotonic) of the poll that saw the last
-    one. The probe is the last follower's row (e2e.PROBE), then the count of the posts it found (e2e.COUNT). After
-    a poll that took t seconds the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX:
-    a long poll is one of many pending posts, early in the measurement; at its end few are pending and a poll
-    takes about a ms, so the poll that sees the last row comes a few ms after it, WAIT_MAX at most: late, against
-    the workers, never early."""
+    """Polls until every post looks done; returns the time (monotonic) of the poll that saw the last one, after
+    checking, untimed, that every post then has all its timeline rows (e2e.COUNT: a post short of rows fails the run
+    instead of being timed early). Looks done: a small audience's post is decided (DECIDED); a large audience's,
+    written in chunks in follower order, has its last follower's row (e2e.PROBE). After a poll that took t seconds
+    the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX: the poll that sees the last
+    one comes a few ms after it, WAIT_MAX at most: late, against the workers, never early."""
     pending, deadline = dict(posts), time.monotonic() + timeout
     while True:
         begun = time.monotonic()
         ids = list(pending)
-        found = [r[0] for r in conn.execute(e2e.PROBE, ([last[pending[p]] for p in ids], ids)).fetchall()]
-        for post_id, count in conn.execute(e2e.COUNT, (found,)).fetchall() if found else []:
-            if count >= rows_per_post:
-                del pending[post_id]
+        done = (conn.execute(DECIDED, (ids,)) if rows_per_post <= SMALL + 1 else
+                conn.execute(e2e.PROBE, ([last[pending[p]] for p in ids], ids)))
+        for (post_id,) in done.fetchall():
+            del pending[post_id]
         if not pending:
+            counts = dict(conn.execute(e2e.COUNT, ([p for p, _ in posts],)).fetchall())
+            short = [(p, counts.get(p, 0)) for p, _ in posts if counts.get(p, 0) < rows_per_post]
+            assert not short, f"posts that looked done before all their rows were there: {short[:5]}"
             return begun
         if begun > deadline:
             raise TimeoutError(f"{len(pending)} of {len(posts)} posts not fanned out after {timeout:.0f} s")
