@@ -52,7 +52,7 @@ import psycopg
 
 from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats
 from bench.lib.report import fmt
-from bench.run_all import AUTHORS, PER_AUTHOR, last_follower
+from bench.run_all import AUTHORS, PER_AUTHOR
 from bench.run_all import process_env as pipeline_env
 from testkit.processes import free_port
 from testkit.waiting import eventually
@@ -168,7 +168,7 @@ def step(pipe: Pipeline, admin: psycopg.Connection[Any], rate: int, seconds: flo
     # No commit -> broker listener unless asked: a step reports commit -> visible only, and a second queue with its
     # consumer loads the broker and this process (the CPU the pipeline shares) for a figure nobody reads.
     amqp = (infra.AMQP, pipe.prefix) if listener else None
-    run = e2e.run(pipe.url, amqp, AUTHORS, PER_AUTHOR + 1, last_follower, rate, seconds, drain,
+    run = e2e.run(pipe.url, amqp, AUTHORS, PER_AUTHOR + 1, rate, seconds, drain,
                   writers=pipe.writers(rate), write=pipe.write(rate), at_end=written)
     figures = stats.summary(run.latencies_ms)
     result: dict[str, Any] = {
@@ -257,7 +257,7 @@ def main() -> int:
         urls = res.seeded_databases(kinds, AUTHORS, PER_AUTHOR)
         pipes = [start(res, kind, urls[kind]) for kind in kinds]
         for pipe in pipes:  # warm-up: connections, prepared statements, the first messages
-            e2e.run(pipe.url, (infra.AMQP, pipe.prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate=50,
+            e2e.run(pipe.url, (infra.AMQP, pipe.prefix), AUTHORS, PER_AUTHOR + 1, rate=50,
                     seconds=1.0, drain=60.0, writers=1, write=pipe.write(50))
         for rate, pipe in ((r, p) for r in steps for p in pipes):
             if pipe.kind in skipped or aborted:

@@ -153,6 +153,7 @@ WAIT_MAX = 0.02  # seconds: the longest wait between two polls, which bounds how
 # decision is the cheap sign that its rows are there, a key probe of posts; a probe of timelines by (user, post) for
 # thousands of posts is planned as a scan of every partition (docs/adr/0093). One probe per id through a LATERAL
 # subquery the planner cannot flatten (as services/worker/sql.py does): `id = ANY(...)` was planned as a scan of posts.
+WATCH_CHUNK = 250  # posts a watcher query probes
 DECIDED = """
 SELECT p.id FROM unnest(%s::bigint[]) AS i(id)
 CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND fanned_out IS NOT NULL OFFSET 0) p
@@ -160,29 +161,41 @@ CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND fanned_out IS NOT N
 
 
 def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
-    """Polls until every post looks done; returns the time (monotonic) of the poll that saw the last one, after
-    checking, untimed, that every post then has all its timeline rows (e2e.COUNT: a post short of rows fails the run
-    instead of being timed early). Looks done: a small audience's post is decided (DECIDED); a large audience's,
-    written in chunks in follower order, has its last follower's row (e2e.PROBE). After a poll that took t seconds
-    the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX: the poll that sees the last
-    one comes a few ms after it, WAIT_MAX at most: late, against the workers, never early."""
+    """Polls until every post looks done; returns the time (monotonic) of the poll that saw the last one (the caller
+    then checks that every post has all its rows: `verify_rows`). Looks done: a small audience's post is decided
+    (DECIDED); a large audience's, written in chunks in follower order, has its last follower's row (e2e.PROBE). A
+    poll probes the pending posts oldest first, WATCH_CHUNK at a time, and stops at the first chunk that still has
+    pending ones: the workers take posts in about the order they were published, so the newer ones are pending too,
+    and a poll costs a chunk or two instead of the whole backlog (the watcher's CPU is the workers' side's). After a
+    poll that took t seconds the next one waits max(POLL, t * (1 - WATCH_DUTY) / WATCH_DUTY), at most WAIT_MAX: the
+    poll that sees the last one comes a few ms after it, WAIT_MAX at most: late, against the workers, never early."""
     pending, deadline = dict(posts), time.monotonic() + timeout
     while True:
         begun = time.monotonic()
-        ids = list(pending)
-        done = (conn.execute(DECIDED, (ids,)) if rows_per_post <= SMALL + 1 else
-                conn.execute(e2e.PROBE, ([last[pending[p]] for p in ids], ids)))
-        for (post_id,) in done.fetchall():
-            del pending[post_id]
+        ids = sorted(pending)
+        for at in range(0, len(ids), WATCH_CHUNK):
+            chunk = ids[at:at + WATCH_CHUNK]
+            done = (conn.execute(DECIDED, (chunk,)) if rows_per_post <= SMALL + 1 else
+                    conn.execute(e2e.PROBE, ([last[pending[p]] for p in chunk], chunk)))
+            found = [post_id for (post_id,) in done.fetchall()]
+            for post_id in found:
+                del pending[post_id]
+            if len(found) < len(chunk):
+                break
         if not pending:
-            counts = dict(conn.execute(e2e.COUNT, ([p for p, _ in posts],)).fetchall())
-            short = [(p, counts.get(p, 0)) for p, _ in posts if counts.get(p, 0) < rows_per_post]
-            assert not short, f"posts that looked done before all their rows were there: {short[:5]}"
             return begun
         if begun > deadline:
             raise TimeoutError(f"{len(pending)} of {len(posts)} posts not fanned out after {timeout:.0f} s")
         took = time.monotonic() - begun
         time.sleep(min(WAIT_MAX, max(POLL, took * (1 - WATCH_DUTY) / WATCH_DUTY)))  # a measurement's polling
+
+
+def verify_rows(conn: Conn, posts: list[Post], rows_per_post: int) -> None:
+    """Untimed, after `wait_done`: every post has all its timeline rows (e2e.COUNT), else it looked done too early
+    and the run fails instead of reporting a time."""
+    counts = dict(conn.execute(e2e.COUNT, ([p for p, _ in posts],)).fetchall())
+    short = [(p, counts.get(p, 0)) for p, _ in posts if counts.get(p, 0) < rows_per_post]
+    assert not short, f"posts that looked done before all their rows were there: {short[:5]}"
 
 
 def set_based(conns: list[Conn], posts: list[Post]) -> float:
@@ -298,6 +311,7 @@ class Bench:
         seconds = wait_done(self.conn, posts, self.last, rows_per_post, timeout=300.0) - started
         self.cpu = proc.spent(before, self._cpu())
         self.wal = self._wal(start, self._lsn())
+        verify_rows(self.conn, posts, rows_per_post)  # after the meters: it reads every partition's post index
         return seconds
 
     def _signal(self, sig: int) -> None:

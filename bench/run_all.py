@@ -39,11 +39,6 @@ AUTHORS, PER_AUTHOR = 100, 10  # each author followed by 10 distinct users: 11 t
 WORKERS, WORKER_THREADS = 2, 2  # worker processes x handler threads, the same for every source
 
 
-def last_follower(author: int) -> int:
-    """The follower of `author` with the highest id (infra.SEED): the worker's keyset fan-out writes it last."""
-    return author + AUTHORS * PER_AUTHOR
-
-
 def writers_for(rate: int) -> int:
     """Writer threads (connections): one commit waits for its WAL flush, so 1,000/s needs several."""
     return max(1, min(4, -(-rate // 250)))
@@ -138,7 +133,7 @@ class Bench:
         relay = self.res.start(f"relay-{source.name}", ["relay", "--source", source.kind], env)
         dbname = url.split("dbname=")[1].split()[0]
         try:
-            warm = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate=50, seconds=1.0,
+            warm = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, rate=50, seconds=1.0,
                            drain=60.0, writers=1)
             if warm.unfinished:
                 raise RuntimeError(f"{source.name}: warm-up posts not visible after 60 s; see {self.out}/logs")
@@ -154,7 +149,7 @@ class Bench:
                     self.progress.start(f"run {rep + 1}/{self.mode.reps} {source.name}: {rate} posts/s")
                     tables = dbload.scans(local)
                     before, cpu = dbload.take(admin, dbname), dbload.cpu_seconds(relay.pid) or 0.0
-                    run = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, last_follower, rate,
+                    run = e2e.run(url, (infra.AMQP, prefix), AUTHORS, PER_AUTHOR + 1, rate,
                                   self.mode.seconds, self.mode.drain, writers=writers_for(rate))
                     self.record_load(source, f"{rate}/s", admin, dbname, before, relay.pid, cpu)
                     if rep == 0:

@@ -132,18 +132,26 @@ SELECT t.post_id FROM unnest(%s::bigint[], %s::bigint[]) AS k(user_id, post_id)
 JOIN timelines t ON t.user_id = k.user_id AND t.post_id = k.post_id
 """
 COUNT = "SELECT post_id, count(*) FROM timelines WHERE post_id = ANY(%s) GROUP BY post_id"
+# A small audience is fanned out in the transaction that records the post's decision (services/worker, ADR 0024),
+# so a decided post is visible in all its timelines: one key probe of posts per post, through a LATERAL subquery the
+# planner cannot flatten. Probing timelines instead reads every partition (docs/adr/0093): PROBE is planned as a
+# scan of all of them, COUNT probes each partition's post index, per poll. `verify` checks, untimed, that it holds.
+DECIDED = """
+SELECT p.id FROM unnest(%s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND fanned_out IS NOT NULL OFFSET 0) p
+"""
+VERIFIED = 5000  # posts whose rows `verify` counts after a run, at most
 FRONTIER = "SELECT max(post_id) FROM timelines"
 
 
-def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int], period: float,
-            stop: threading.Event) -> None:
-    """Three steps per poll, to keep its own load on Postgres small whatever the backlog:
+def watcher(url: str, book: Book, stop: threading.Event, period: float) -> None:
+    """Two steps per poll, to keep its own load on Postgres small whatever the backlog:
 
-    1. the fan-out frontier, `max(post_id)` of timelines (one entry of timelines_post_idx, read backwards): a post
-       above it has no row at all yet, so only pending posts at or below it are candidates. With a backlog of
-       thousands, the candidates are the posts in flight in the workers, not the whole backlog;
-    2. a primary-key probe of one follower's row per candidate (the follower fanned out last);
-    3. a full count only for the posts that probe found.
+    1. the fan-out frontier, `max(post_id)` of timelines (one entry of each partition's timelines_post_idx, read
+       backwards): a post above it has no row at all yet, so only pending posts at or below it are candidates. With
+       a backlog of thousands, the candidates are the posts in flight in the workers, not the whole backlog;
+    2. a primary-key probe of each candidate's decision (DECIDED): recorded in the transaction that writes a small
+       audience's rows, so a decided post is visible to all its followers.
 
     Never a prepared statement (prepare_threshold=None): each poll is planned for the table as it is then. A generic
     plan cached while `timelines` was small is a sequential scan, kept however large the table grows (without
@@ -155,13 +163,10 @@ def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int
             if book.waiting:
                 row = conn.execute(FRONTIER).fetchone()
                 candidates = book.pending(WATCH_BATCH, upto=row[0] if row and row[0] is not None else 0)
+                found = [r[0] for r in conn.execute(DECIDED, (candidates,)).fetchall()] if candidates else []
                 with book.lock:
-                    users = [probe_user(book.authors[p]) for p in candidates]
-                found = [r[0] for r in conn.execute(PROBE, (users, candidates)).fetchall()] if candidates else []
-                rows = conn.execute(COUNT, (found,)).fetchall() if found else []
-                with book.lock:
-                    for post_id, count in rows:
-                        if count >= expected and post_id not in book.visible:
+                    for post_id in found:
+                        if post_id not in book.visible:
                             book.visible[post_id] = begun
                             book.waiting.pop(post_id, None)
                     book.polls += 1
@@ -169,6 +174,20 @@ def watcher(url: str, book: Book, expected: int, probe_user: Callable[[int], int
                     book.poll_seconds += time.monotonic() - begun
             spent = time.monotonic() - begun
             time.sleep(max(period - spent, 2 * spent))  # the watcher's period; at most a third of a backend
+
+
+def verify(url: str, book: Book, expected: int) -> None:
+    """After a run, untimed: the posts the watcher timed as visible (up to VERIFIED of them, the latest) have all
+    `expected` rows; else the watcher's premise (a decided small post has its rows) is wrong and so are the figures."""
+    with book.lock:
+        posts = sorted(book.visible)[-VERIFIED:]
+    if not posts:
+        return
+    with psycopg.connect(url, autocommit=True, application_name="walfeed-bench-watcher") as conn:
+        counts: dict[int, int] = dict(conn.execute(COUNT, (posts,)).fetchall())
+    short = [(p, counts.get(p, 0)) for p in posts if counts.get(p, 0) < expected]
+    if short:
+        raise RuntimeError(f"{len(short)} posts timed as visible have fewer than {expected} rows, e.g. {short[:5]}")
 
 
 def listener(amqp_url: str, prefix: str, book: Book, ready: threading.Event, stop: threading.Event) -> None:
@@ -211,7 +230,7 @@ class Run:
     wrote_seconds: float = 0.0  # from the first due post to the last writer's end
 
 
-def run(url: str, amqp: tuple[str, str] | None, authors: int, expected: int, probe_user: Callable[[int], int],
+def run(url: str, amqp: tuple[str, str] | None, authors: int, expected: int,
         rate: float, seconds: float, drain: float, writers: int, watch_period: float = 0.005,
         write: Write | None = None, at_end: Callable[[], None] | None = None) -> Run:
     """One paced run; `amqp` is (broker URL, prefix) for the commit -> broker side measurement (None: none, and
@@ -246,7 +265,7 @@ def run(url: str, amqp: tuple[str, str] | None, authors: int, expected: int, pro
             start(listener, *amqp, book, ready, stop)
             ready.wait(10)
         total = max(1, due(seconds, rate, 10**9) - 1)
-        start(watcher, url, book, expected, probe_user, watch_period, stop)
+        start(watcher, url, book, stop, watch_period)
         started = time.monotonic() + 0.2
         done = threading.Barrier(writers, action=at_end)
         writing = [start(write, book, authors, rate, total, i, writers, started, stop, done)
@@ -266,6 +285,7 @@ def run(url: str, amqp: tuple[str, str] | None, authors: int, expected: int, pro
             thread.join(10)  # a writer or the watcher sees `stop` within a pacing step or a query
     if failed:
         raise RuntimeError(f"a thread of the run failed: {failed[0]!r}") from failed[0]
+    verify(url, book, expected)
     with book.lock:
         lat = [(book.visible[p] - t) * 1000 for p, t in book.committed.items() if p in book.visible]
         unfinished = len(book.committed) - len(lat)

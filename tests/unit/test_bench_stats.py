@@ -90,12 +90,10 @@ def test_the_planned_phases_fit_the_time_limits() -> None:
     assert sum(1 for name, _ in full if "idle" in name) == len(infra.SOURCES)  # once per source
 
 
-def test_writers_and_probe_user() -> None:
+def test_writers_for_a_rate() -> None:
     from bench import run_all
 
     assert [run_all.writers_for(r) for r in (50, 100, 250, 500, 1000, 5000)] == [1, 1, 1, 2, 4, 4]
-    # author a is followed by a + AUTHORS * (1 + k), k < PER_AUTHOR (infra.SEED): the last is the highest id
-    assert run_all.last_follower(1) == 1 + run_all.AUTHORS * run_all.PER_AUTHOR
 
 
 def test_the_book_hands_the_watcher_the_oldest_waiting_posts_the_fan_out_can_have_reached() -> None:
