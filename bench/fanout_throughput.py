@@ -147,23 +147,13 @@ POLL = 0.005  # seconds: the shortest interval between two polls of wait_done
 # the workers' own backends on this 2-core machine (0.3 core against 0.4), CPU the ceiling's side never shares.
 WATCH_DUTY = 0.2
 WAIT_MAX = 0.02  # seconds: the longest wait between two polls, which bounds how late the last row can be seen
-
-
-# A small audience is fanned out in the transaction that records the post's decision (services/worker, ADR 0024): the
-# decision is the cheap sign that its rows are there, a key probe of posts; a probe of timelines by (user, post) for
-# thousands of posts is planned as a scan of every partition (docs/adr/0093). One probe per id through a LATERAL
-# subquery the planner cannot flatten (as services/worker/sql.py does): `id = ANY(...)` was planned as a scan of posts.
-WATCH_CHUNK = 250  # posts a watcher query probes
-DECIDED = """
-SELECT p.id FROM unnest(%s::bigint[]) AS i(id)
-CROSS JOIN LATERAL (SELECT id FROM posts WHERE id = i.id AND fanned_out IS NOT NULL OFFSET 0) p
-"""
+WATCH_CHUNK = 250  # posts a watcher query probes (e2e.DECIDED: why a post's decision says its rows are there)
 
 
 def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post: int, timeout: float) -> float:
     """Polls until every post looks done; returns the time (monotonic) of the poll that saw the last one (the caller
     then checks that every post has all its rows: `verify_rows`). Looks done: a small audience's post is decided
-    (DECIDED); a large audience's, written in chunks in follower order, has its last follower's row (e2e.PROBE). A
+    (e2e.DECIDED); a large audience's, written in chunks in follower order, has its last follower's row (e2e.PROBE). A
     poll probes the pending posts oldest first, WATCH_CHUNK at a time, and stops at the first chunk that still has
     pending ones: the workers take posts in about the order they were published, so the newer ones are pending too,
     and a poll costs a chunk or two instead of the whole backlog (the watcher's CPU is the workers' side's). After a
@@ -175,7 +165,7 @@ def wait_done(conn: Conn, posts: list[Post], last: dict[int, int], rows_per_post
         ids = sorted(pending)
         for at in range(0, len(ids), WATCH_CHUNK):
             chunk = ids[at:at + WATCH_CHUNK]
-            done = (conn.execute(DECIDED, (chunk,)) if rows_per_post <= SMALL + 1 else
+            done = (conn.execute(e2e.DECIDED, (chunk,)) if rows_per_post <= SMALL + 1 else
                     conn.execute(e2e.PROBE, ([last[pending[p]] for p in chunk], chunk)))
             found = [post_id for (post_id,) in done.fetchall()]
             for post_id in found:

@@ -224,7 +224,7 @@ class Run:
     commit_times: list[float]  # seconds from the start
     visible_times: list[float]
     watcher_period_ms: float  # mean time between the watcher's queries (the resolution of a latency)
-    watcher_probes_per_s: float = 0.0  # its primary-key probes of timelines (its own load on Postgres)
+    watcher_probes_per_s: float = 0.0  # its primary-key probes of posts (its own load on Postgres)
     pending_at_end: int = 0  # committed and not visible when the last writer finished
     errors: int = 0  # writes that failed
     wrote_seconds: float = 0.0  # from the first due post to the last writer's end
