@@ -90,12 +90,15 @@ def running(secrets: list[str]) -> Iterator[Receiver]:
             reply = receiver._next(self.path)
             if reply.hang:
                 receiver.release.wait(reply.hang)
-            payload = b'{"ok": true}'
+            # No body with 204 (RFC 9110 section 15.3.5): the client takes the response as ended after its head,
+            # so a body would stay in the kept-alive connection and be read as the start of the next answer on it.
+            payload = b'' if reply.status == 204 else b'{"ok": true}'
             try:
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
-                self.send_header("content-length", str(len(payload)))
+                if reply.status != 204:  # nor a Content-Length (RFC 9110 section 8.6)
+                    self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
             except OSError:  # the client gave up (a timeout under test)
