@@ -33,7 +33,7 @@ import psycopg2.extras
 from prometheus_client import Counter
 from psycopg2 import sql
 
-from services.cdc_relay import poll_sql
+from services.cdc_relay import metrics, poll_sql
 from services.cdc_relay.failover_policy import Action, Checkpoint, Server, decide
 from services.cdc_relay.messages import Outgoing, outgoing
 from services.cdc_relay.publisher_thread import PublisherThread
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 
 RECOVERIES = Counter("walfeed_relay_failovers_total", "New primaries recovered from (slot created or republished)",
                      ["action"])
-REPUBLISHED = Counter("walfeed_relay_events_republished_total",
-                      "Outbox rows republished after a failover because the checkpoint did not cover them")
 
 READ_CHECKPOINT: Final = "SELECT system_identifier, timeline FROM relay_checkpoints WHERE slot = %s"
 LOCK: Final = "SELECT pg_try_advisory_lock(hashtext('walfeed.failover'), hashtext(%s))"
@@ -187,7 +185,7 @@ class Recovery:
                         batch.append(outgoing(event, str(event.id), poll_sql.row_traceparent(row)))
                     republisher.publish(batch, self._should_stop)
                     count += len(batch)
-                    REPUBLISHED.inc(len(batch))
+                    metrics.REPUBLISHED.labels("failover").inc(len(batch))
                     log.info("republished", extra={"count": count,
                                                    "seconds": round(time.monotonic() - started, 2)})
         finally:

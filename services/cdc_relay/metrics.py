@@ -21,6 +21,13 @@ log = logging.getLogger(__name__)
 
 PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker")
 UNROUTABLE = Counter("walfeed_relay_events_unroutable_total", "Publishes returned unroutable or nacked (retried)")
+# Every publish of an event beyond its first, by why: the broker nacked it (a publish routed to several queues is
+# nacked when one of them refuses it, and the others keep their copy: docs/adr/0090), returned it unroutable, its
+# connection was lost before the broker confirmed it, or a new primary's outbox rows were not covered by the
+# checkpoint (failover.py, docs/adr/0091). The duplicates the relay makes are at most these.
+REPUBLISHED = Counter("walfeed_relay_events_republished_total", "Events published again, by reason", ["reason"])
+for _reason in ("nacked", "returned", "reconnected", "failover"):
+    REPUBLISHED.labels(_reason)
 
 
 class BatchHistogram(Collector):

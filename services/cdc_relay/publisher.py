@@ -30,9 +30,9 @@ from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
 from services.cdc_relay.messages import EventProperties, Outgoing
-from services.cdc_relay.nack_streak import NackStreak
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
+from services.core.nack_streak import NackStreak
 from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -171,12 +171,13 @@ class Publisher(Generic[T]):
 
     def _on_closed(self, _conn: Any, reason: BaseException) -> None:
         self._conn, self._channel, self._blocked = None, None, False
-        self._state.channel_lost()
+        again = self._state.channel_lost()
         if self._stopping:
             self._finish_stop()
             return
         log.warning("broker connection lost, reconnecting", extra={"error": repr(reason)})
         metrics.RECONNECTS.labels("rabbitmq").inc()
+        metrics.REPUBLISHED.labels("reconnected").inc(again)
         self._node = 0
         self._reconnect_later()
 
@@ -213,11 +214,12 @@ class Publisher(Generic[T]):
     def _on_ack_nack(self, frame: Any) -> None:
         method = frame.method
         now = time.monotonic()
-        reopen = False
+        reopen, why = False, "returned"  # an ack settles as failed only what the broker returned before it
         if isinstance(method, pika.spec.Basic.Ack):
             settled = self._state.acked(method.delivery_tag, method.multiple)
             self._nacks.acked()
         else:
+            why = "nacked"
             settled = self._state.nacked(method.delivery_tag, method.multiple)
             self._loud("broker nacked events; retrying", {"count": len(settled.failed)})
             reopen = self._nacks.nacked(now)
@@ -232,6 +234,7 @@ class Publisher(Generic[T]):
             retried = self._state.retry(settled.failed, now)
             if retried:
                 metrics.UNROUTABLE.inc(retried)
+                metrics.REPUBLISHED.labels(why).inc(retried)
                 self._schedule_retry(now)
         if reopen and self._conn is not None and self._conn.is_open:
             log.warning("broker nacked everything on this channel for a while: reconnecting (nack_streak.py)")

@@ -128,10 +128,13 @@ class PublisherState(Generic[T]):
         while retry and retry[0][0] <= now:
             self._ready.append(heapq.heappop(retry)[2])
 
-    def channel_lost(self) -> None:
+    def channel_lost(self) -> int:
         """Nothing is in flight on a closed channel: everything unconfirmed goes first in the ready queue, oldest
-        first, to be published again (the broker may or may not have it: resending is the at-least-once answer)."""
-        self._ready.extendleft(reversed(self._keep(self._book.reset())))
+        first, to be published again (the broker may or may not have it: resending is the at-least-once answer).
+        Returns how many will be published again."""
+        again = self._keep(self._book.reset())
+        self._ready.extendleft(reversed(again))
+        return len(again)
 
     def drop_stale(self) -> None:
         """Forget the waiting messages `is_current` no longer accepts. Unconfirmed ones are forgotten if they fail:

@@ -46,7 +46,7 @@ def test_a_lost_channel_publishes_the_unconfirmed_again_first_oldest_first() -> 
     state: PublisherState[int] = PublisherState(window=2)
     state.submit(message(t) for t in range(3))
     state.to_publish(now=0.0)
-    state.channel_lost()
+    assert state.channel_lost() == 2  # the two in flight, counted as republished; the third was never sent
     assert [m.token for m in state.to_publish(now=1.0)] == [0, 1]
 
 
