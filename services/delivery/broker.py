@@ -10,6 +10,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from services.core import queues
 from services.core.amqp import declare_delivery_queue, declare_events_exchange
+from services.core.settle_channel import Publishes
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS, Topology
 from services.delivery import route
 
@@ -39,7 +40,7 @@ def _properties(props: pika.BasicProperties, headers: dict[str, object]) -> pika
                                 headers=headers)
 
 
-def publish_hop(publisher: BlockingChannel, topology: Topology, name: str, delay_ms: int,
+def publish_hop(publisher: Publishes, topology: Topology, name: str, delay_ms: int,
                 headers: dict[str, object], body: bytes, props: pika.BasicProperties) -> None:
     """A copy into the retry queue of `delay_ms`; raises pika's NackError / UnroutableError if not taken."""
     out = _properties(props, route.copy_headers(headers))
@@ -47,7 +48,7 @@ def publish_hop(publisher: BlockingChannel, topology: Topology, name: str, delay
                             out, mandatory=True)
 
 
-def publish_dead(publisher: BlockingChannel, topology: Topology, name: str, reason: str, attempts: int,
+def publish_dead(publisher: Publishes, topology: Topology, name: str, reason: str, attempts: int,
                  body: bytes, props: pika.BasicProperties) -> None:
     headers = route.copy_headers(props.headers, **{route.REASON_HEADER: reason, route.ATTEMPTS_HEADER: attempts,
                                                    route.DEAD_AT_HEADER: int(time.time())})

@@ -32,6 +32,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
 from services.core import acks, queues
+from services.core.settle_channel import SettleChannel
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 from services.delivery import broker, metrics, processing, route
 
@@ -85,8 +86,7 @@ class Session:
         for name in DELIVERY_CHANNELS:
             broker.declare(channel, self._topology, name, self._dead_max_length, self._queue_type)
         channel.basic_qos(prefetch_count=self._concurrency * 4)  # the next batch is here when a send finishes
-        publisher = self._conn.channel()
-        publisher.confirm_delivery()
+        publisher = SettleChannel(self._conn)
         pump = functools.partial(self._pump, channel, publisher)
         queue = self._topology.delivery_queue(self._name)
         tag = channel.basic_consume(queue, functools.partial(self._on_message, pump), auto_ack=False)
@@ -117,7 +117,7 @@ class Session:
             self._pump_scheduled = True
             self._conn.call_later(0, pump)
 
-    def _pump(self, channel: BlockingChannel, publisher: BlockingChannel) -> None:
+    def _pump(self, channel: BlockingChannel, publisher: SettleChannel) -> None:
         """Connection thread: admit and start what is ready, then record and settle the finished sends (the pool
         threads meanwhile work on what was admitted ahead)."""
         self._pump_scheduled = False
@@ -165,7 +165,7 @@ class Session:
             except Exception as exc:  # connection gone: the broker redelivers
                 log.warning("cannot settle, connection lost", extra={"error": repr(exc)})
 
-    def _settle(self, channel: BlockingChannel, publisher: BlockingChannel, message: Message,
+    def _settle(self, channel: BlockingChannel, publisher: SettleChannel, message: Message,
                 outcome: processing.Outcome) -> None:
         if isinstance(outcome, processing.Requeue) or not self._publish(publisher, message, outcome):
             self._nack(channel, message.tag)
@@ -183,7 +183,7 @@ class Session:
                 del self._unsettled[settled]
                 self._done.discard(settled)
 
-    def _publish(self, publisher: BlockingChannel, message: Message, outcome: processing.Outcome) -> bool:
+    def _publish(self, publisher: SettleChannel, message: Message, outcome: processing.Outcome) -> bool:
         """Publish the hop or dead letter, confirmed; False if the broker refused it (the original is requeued)."""
         context = {"message_id": message.props.message_id}
         try:
@@ -199,7 +199,7 @@ class Session:
             return False
         return True
 
-    def _publish_dead(self, publisher: BlockingChannel, message: Message, dead: processing.DeadLetter) -> None:
+    def _publish_dead(self, publisher: SettleChannel, message: Message, dead: processing.DeadLetter) -> None:
         try:
             broker.publish_dead(publisher, self._topology, self._name, dead.reason, dead.attempts, message.body,
                                 message.props)

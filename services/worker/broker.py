@@ -11,6 +11,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from services.core import queues as queue_args
 from services.core.amqp import EVENTS_EXCHANGE
+from services.core.settle_channel import Publishes
 from services.core.topology import ConsumerQueues
 from services.worker import policy
 
@@ -52,14 +53,14 @@ def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
         expiration=expiration)
 
 
-def park(publisher: BlockingChannel, queues: ConsumerQueues, dead: policy.Dead, delay_ms: int, body: bytes,
+def park(publisher: Publishes, queues: ConsumerQueues, dead: policy.Dead, delay_ms: int, body: bytes,
          props: pika.BasicProperties) -> None:
     """The dead queue is full: the message waits `delay_ms` in the retry queue and comes back, dead again."""
     publish_outcome(publisher, queues, policy.Retry(dead.attempts, delay_ms, f"dead queue full: {dead.reason}"),
                     body, props)
 
 
-def publish_outcome(publisher: BlockingChannel, queues: ConsumerQueues, outcome: policy.Retry | policy.Dead,
+def publish_outcome(publisher: Publishes, queues: ConsumerQueues, outcome: policy.Retry | policy.Dead,
                     body: bytes, props: pika.BasicProperties) -> None:
     """Publish the retry copy or the dead letter on a confirming channel; raises if the broker did not take it."""
     if isinstance(outcome, policy.Retry):

@@ -28,6 +28,7 @@ from pika.spec import Basic
 
 from services.core import acks, queues, sdnotify, tracecontext, tracing
 from services.core.events import Event
+from services.core.settle_channel import SettleChannel
 from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
 from services.worker.processing import Message, Result
@@ -98,8 +99,7 @@ class Session:
         channel = self._conn.channel()
         broker.declare(channel, self._queues, self._limits.dead_max_length, self._limits.queue_type)
         channel.basic_qos(prefetch_count=self._limits.prefetch)
-        publisher = self._conn.channel()
-        publisher.confirm_delivery()
+        publisher = SettleChannel(self._conn)
         on_message = functools.partial(self._on_message, publisher)
         tag = channel.basic_consume(self._queues.queue, on_message, auto_ack=False)
         log.info("consuming", extra={"queue": self._queues.queue, "prefetch": self._limits.prefetch,
@@ -113,13 +113,13 @@ class Session:
             self._conn.process_data_events(time_limit=_IDLE_TICK)
         log.info("stopped consuming")
 
-    def _on_message(self, publisher: BlockingChannel, channel: BlockingChannel, method: Basic.Deliver,
+    def _on_message(self, publisher: SettleChannel, channel: BlockingChannel, method: Basic.Deliver,
                     props: pika.BasicProperties, body: bytes) -> None:
         self._unsettled[method.delivery_tag] = None
         self._ready.append(Delivery(method.delivery_tag, props, body))
         self._dispatch(channel, publisher)
 
-    def _dispatch(self, channel: BlockingChannel, publisher: BlockingChannel) -> None:
+    def _dispatch(self, channel: BlockingChannel, publisher: SettleChannel) -> None:
         """Hand what is ready to the free batch threads, at most a batch each."""
         while self._ready and self._running_batches < self._limits.batches and not self._stopping.is_set():
             batch = [self._ready.popleft() for _ in range(min(len(self._ready), self._limits.batch_size))]
@@ -129,7 +129,7 @@ class Session:
     def _start(self, task: Future[None], deliveries: list[Delivery]) -> None:
         self._tasks[deliveries[0].tag] = (task, deliveries)
 
-    def _process_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery]) -> None:
+    def _process_batch(self, channel: BlockingChannel, publisher: SettleChannel, batch: list[Delivery]) -> None:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
         started = time.monotonic()
         try:
@@ -142,7 +142,7 @@ class Session:
             self._traces.processed(self._queues.queue, received, started, time.monotonic())
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
 
-    def _process_large(self, channel: BlockingChannel, publisher: BlockingChannel, held: list[Delivery],
+    def _process_large(self, channel: BlockingChannel, publisher: SettleChannel, held: list[Delivery],
                        result: Result) -> None:
         """Large fan-out thread: one post's audience in chunks, then its settlement."""
         assert result.event is not None
@@ -163,14 +163,14 @@ class Session:
         except Exception as exc:  # the broker redelivers them
             log.warning("cannot settle, connection lost", extra={"error": repr(exc)})
 
-    def _settle_batch(self, channel: BlockingChannel, publisher: BlockingChannel, batch: list[Delivery],
+    def _settle_batch(self, channel: BlockingChannel, publisher: SettleChannel, batch: list[Delivery],
                       results: list[Result]) -> None:
         self._running_batches -= 1
         metrics.BATCH_SIZE.observe(len(batch))
         self._settle(channel, publisher, batch, results)
         self._dispatch(channel, publisher)
 
-    def _settle(self, channel: BlockingChannel, publisher: BlockingChannel, deliveries: Sequence[Delivery],
+    def _settle(self, channel: BlockingChannel, publisher: SettleChannel, deliveries: Sequence[Delivery],
                 results: Sequence[Result]) -> None:
         """Connection thread: publish retry copies and dead letters (confirmed), then ack the rest together;
         messages with a large audience go on to the large fan-out threads."""
@@ -196,7 +196,7 @@ class Session:
         for tag in acked:
             del self._unsettled[tag]
 
-    def _publish_outcome(self, publisher: BlockingChannel, delivery: Delivery, result: Result) -> bool:
+    def _publish_outcome(self, publisher: SettleChannel, delivery: Delivery, result: Result) -> bool:
         """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
         outcome = result.outcome
         if not isinstance(outcome, policy.Retry | policy.Dead):
@@ -220,7 +220,7 @@ class Session:
             log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
         return True
 
-    def _park(self, publisher: BlockingChannel, delivery: Delivery, dead: policy.Dead,
+    def _park(self, publisher: SettleChannel, delivery: Delivery, dead: policy.Dead,
               context: dict[str, object]) -> bool:
         """The dead queue refused the letter (full, reject-publish): keep the message in the retry queue for a while
         instead of dropping it or spinning on it."""

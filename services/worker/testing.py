@@ -171,6 +171,7 @@ class StubChannel:
         self._broker = broker
         self._tags = itertools.count(1)
         self._confirming = False
+        self.closed = False
         self.prefetch = 0
         self.consumers: dict[str, tuple[str, Callable[..., None]]] = {}  # consumer tag -> (queue, callback)
         self.unacked: dict[int, tuple[str, Queued]] = {}  # delivery tag -> (queue, message), in delivery order
@@ -192,6 +193,9 @@ class StubChannel:
 
     def confirm_delivery(self) -> None:
         self._confirming = True
+
+    def close(self) -> None:
+        self.closed = True
 
     def basic_publish(self, exchange: str, routing_key: str, body: bytes, properties: pika.BasicProperties,
                       mandatory: bool = False) -> None:

@@ -1,6 +1,6 @@
-"""A channel that only nacks is reopened after a while (services/cdc_relay/nack_streak.py, docs/adr/0090)."""
+"""A channel that only nacks is reopened after a while (services/core/nack_streak.py, docs/adr/0090)."""
 
-from services.cdc_relay.nack_streak import NackStreak
+from services.core.nack_streak import NackStreak
 
 
 def test_only_nacks_for_the_whole_period_reopen_the_channel() -> None:
