@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 RECOVERIES = Counter("walfeed_relay_failovers_total", "New primaries recovered from (slot created or republished)",
                      ["action"])
 
-READ_CHECKPOINT: Final = "SELECT system_identifier, timeline FROM relay_checkpoints WHERE slot = %s"
+READ_CHECKPOINT: Final = "SELECT system_identifier, timeline, recovering FROM relay_checkpoints WHERE slot = %s"
 LOCK: Final = "SELECT pg_try_advisory_lock(hashtext('walfeed.failover'), hashtext(%s))"
 CREATE_SLOT: Final = "CREATE_REPLICATION_SLOT {} LOGICAL {} (SNAPSHOT 'export')"
 UNCONFIRMED: Final = "SELECT * FROM walfeed_relay_unconfirmed(%s)"
@@ -109,7 +109,8 @@ class Recovery:
         found = slots.find(cur, self._slot)
         cur.execute(READ_CHECKPOINT, (self._slot,))
         row = cur.fetchone()
-        checkpoint = None if row is None else Checkpoint(None if row[0] is None else Server(int(row[0]), int(row[1])))
+        checkpoint = None if row is None else Checkpoint(None if row[0] is None else Server(int(row[0]), int(row[1])),
+                                                         bool(row[2]))
         action = decide(server, found is not None, checkpoint)
         if action is Action.MISSING:
             raise SlotMissing(self._slot)

@@ -21,13 +21,14 @@ class Server:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     server: Server | None  # None: the row exists, nothing checkpointed yet (a watermark is waiting)
+    recovering: bool = False  # a relay began recovering (db/init/015) and did not finish: maybe killed meanwhile
 
 
 class Action(enum.Enum):
     STREAM = "stream"  # the slot has seen everything the checkpoint does not cover
     MISSING = "missing"  # no slot and no checkpoint: nothing to recover from, `walfeed migrate` creates the slot
     CREATE = "create"  # no slot: create it, republish what the checkpoint does not cover, then stream
-    REPUBLISH = "republish"  # a slot of unknown history on another server or timeline: republish, then stream
+    REPUBLISH = "republish"  # a slot of unknown history (another server or timeline, or a recovery cut short)
 
 
 def decide(server: Server, slot_exists: bool, checkpoint: Checkpoint | None) -> Action:
@@ -35,6 +36,10 @@ def decide(server: Server, slot_exists: bool, checkpoint: Checkpoint | None) -> 
         # A slot dropped on the same server is recovered the same way as a new primary's missing slot; a row with
         # no checkpoint yet (a relay ran, the slot never passed its first watermark) republishes every CDC row.
         return Action.MISSING if checkpoint is None else Action.CREATE
+    if checkpoint is not None and checkpoint.recovering:
+        # The slot was created by a recovery that never finished: it has not seen the rows not republished yet,
+        # though the checkpoint may match this server (a dropped slot) or hold nothing yet.
+        return Action.REPUBLISH
     recorded = checkpoint.server if checkpoint is not None else None
     if recorded is None or recorded == server:
         return Action.STREAM

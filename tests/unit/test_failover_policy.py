@@ -31,3 +31,11 @@ def test_no_slot_with_a_checkpoint_creates_it_and_republishes() -> None:
 def test_a_slot_of_unknown_history_on_another_timeline_or_server_is_republished_first() -> None:
     assert decide(PROMOTED, True, Checkpoint(PRIMARY)) is Action.REPUBLISH
     assert decide(OTHER, True, Checkpoint(PRIMARY)) is Action.REPUBLISH
+
+
+def test_a_slot_left_by_a_recovery_cut_short_is_republished_first() -> None:
+    # Killed after creating the slot, before republishing all: the slot has not seen those rows.
+    assert decide(PRIMARY, True, Checkpoint(PRIMARY, recovering=True)) is Action.REPUBLISH  # a dropped slot
+    assert decide(PRIMARY, True, Checkpoint(None, recovering=True)) is Action.REPUBLISH  # nothing checkpointed yet
+    assert decide(PROMOTED, True, Checkpoint(PRIMARY, recovering=True)) is Action.REPUBLISH
+    assert decide(PRIMARY, False, Checkpoint(PRIMARY, recovering=True)) is Action.CREATE  # dropped again since

@@ -93,14 +93,21 @@ def test_a_missing_slot_is_created_and_uncovered_rows_republished_first(
     assert relay.stop(signal.SIGTERM) == 0
 
 
-def test_a_slot_with_a_checkpoint_of_another_timeline_is_republished_from_the_checkpoint(
-        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
+def _published_and_checkpointed(database_url: str, slot_name: str, watcher: Watcher,
+                                start_relay: StartRelay) -> set[str]:
+    """Events published and covered by a checkpoint, the relay stopped; returns their ids."""
     relay = start_relay(**FAST)
     before = set(write_events(database_url, 100))
     _sysid, _timeline, next_xid = server(database_url)
     eventually(lambda: watcher.has_all(before), timeout=30, what="the first events published")
     eventually(lambda: covered(database_url, slot_name, next_xid), timeout=30, what="a checkpoint past them")
     assert relay.stop(signal.SIGTERM) == 0
+    return before
+
+
+def test_a_slot_with_a_checkpoint_of_another_timeline_is_republished_from_the_checkpoint(
+        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
+    before = _published_and_checkpointed(database_url, slot_name, watcher, start_relay)
     # As if the checkpoint came from the old primary and `walfeed migrate` created this slot after the promotion.
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("UPDATE relay_checkpoints SET timeline = timeline + 1 WHERE slot = %s", (slot_name,))
@@ -115,3 +122,54 @@ def test_a_slot_with_a_checkpoint_of_another_timeline_is_republished_from_the_ch
     found = checkpoint(database_url, slot_name)
     assert found is not None and (found["system_identifier"], found["timeline"]) == (sysid, timeline)
     assert relay.stop(signal.SIGTERM) == 0
+
+
+def _lose_the_slot_after_a_checkpoint(database_url: str, slot_name: str, watcher: Watcher,
+                                      start_relay: StartRelay) -> None:
+    """Then the slot dropped with no relay running: what a promoted standby (or a slot dropped by hand) looks like
+    to the next relay."""
+    _published_and_checkpointed(database_url, slot_name, watcher, start_relay)
+    drop_slot(database_url, slot_name)
+
+
+def test_a_relay_killed_while_it_republishes_leaves_the_rest_to_the_next_one(
+        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
+    _lose_the_slot_after_a_checkpoint(database_url, slot_name, watcher, start_relay)
+    uncovered = set(write_events(database_url, 20_000, per_txn=100))
+    # A small window: the republish goes 20 rows at a time, each batch confirmed, so it is killed in the middle.
+    relay = start_relay("relay2", WALFEED_RELAY_WINDOW="20", **FAST)
+    eventually(lambda: "republished" in relay.log() and "created replication slot" in relay.log(), timeout=60,
+               what="the republish under way, on the slot it created")
+    relay.kill()
+    assert "recovered on a new primary" not in relay.log(), "killed too late: the republish had finished"
+    watcher.pump()
+    assert not uncovered <= set(watcher.ids()), "killed too late: every row was republished"
+    # The slot exists now and the checkpoint matches this server: without the recovery's own mark, the next relay
+    # streamed from the slot's start and the rows not republished yet were never published.
+    later = set(write_events(database_url, 100))
+    relay = start_relay("relay3", **FAST)
+    eventually(lambda: watcher.has_all(uncovered | later), timeout=120, what="every row, republished or streamed")
+    assert "action=republish" in relay.log()
+    after = set(write_events(database_url, 100))
+    next_xid = server(database_url)[2]
+    eventually(lambda: watcher.has_all(after), timeout=30, what="streaming after the recovery")
+    eventually(lambda: covered(database_url, slot_name, next_xid), timeout=30,
+               what="the checkpoint moving again after the recovery")
+    assert relay.stop(signal.SIGTERM) == 0
+
+
+def test_two_relays_recovering_at_once_republish_once(
+        database_url: str, slot_name: str, watcher: Watcher, start_relay: StartRelay) -> None:
+    _lose_the_slot_after_a_checkpoint(database_url, slot_name, watcher, start_relay)
+    uncovered = set(write_events(database_url, 3_000, per_txn=50))
+    mark = len(watcher.messages)
+    relays = [start_relay(f"relay{i}", WALFEED_RELAY_WINDOW="50", **FAST) for i in (2, 3)]
+    eventually(lambda: watcher.has_all(uncovered), timeout=120, what="the rows the slot never saw")
+    later = set(write_events(database_url, 100))
+    eventually(lambda: watcher.has_all(later), timeout=60, what="streaming again")
+    recovered = [r for r in relays if "recovered on a new primary" in r.log()]
+    assert len(recovered) == 1, [r.log()[-2000:] for r in relays]  # the other waited (the advisory lock) or streamed
+    counts = Counter(watcher.ids()[mark:])
+    assert set(counts) == uncovered | later and max(counts.values()) == 1
+    for relay in relays:
+        assert relay.stop(signal.SIGTERM) == 0
