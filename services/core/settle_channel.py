@@ -44,6 +44,11 @@ class SettleChannel:
         self._channel = self._open()
         self.reopened = 0
 
+    @property
+    def channel(self) -> Any:
+        """The channel publishes go to now."""
+        return self._channel
+
     def basic_publish(self, exchange: str, routing_key: str, body: bytes,
                       properties: pika.BasicProperties | None = None, mandatory: bool = False) -> None:
         try:
