@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,11 +12,29 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+# Ports handed to servers a test starts come from below Linux's ephemeral range (32768-60999 by default), from
+# which the kernel picks the local port of every outgoing connection: a port taken from that range by binding port 0
+# is free when returned, but a client's connection may take it before the server binds it, seconds later (a
+# RabbitMQ node of testkit/rabbit_cluster.py failed to start on `eaddrinuse` that way). Never the same port twice in
+# one test process.
+PORTS = range(20_000, 32_000)
+_issued: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port no one listens on now, outside the ephemeral range, not handed out before by this process."""
+    for _ in range(1_000):
+        port = random.choice(PORTS)
+        if port in _issued:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _issued.add(port)
+        return port
+    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 class Process:
