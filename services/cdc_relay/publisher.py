@@ -220,7 +220,7 @@ class Publisher(Generic[T]):
             self._nacks.acked()
         else:
             why = "nacked"
-            settled = self._state.nacked(method.delivery_tag, method.multiple)
+            settled = self._state.nacked(method.delivery_tag, method.multiple, now)
             self._loud("broker nacked events; retrying", {"count": len(settled.failed)})
             reopen = self._nacks.nacked(now)
         if settled.tokens:  # metrics per ack frame, not per event
@@ -235,7 +235,7 @@ class Publisher(Generic[T]):
             if retried:
                 metrics.UNROUTABLE.inc(retried)
                 metrics.REPUBLISHED.labels(why).inc(retried)
-                self._schedule_retry(now)
+            self._schedule_retry(now)  # also for the next probe, when none of them is published again
         if reopen and self._conn is not None and self._conn.is_open:
             log.warning("broker nacked everything on this channel for a while: reconnecting (nack_streak.py)")
             self._channel = None  # nothing more published on it; `_on_closed` reconnects and republishes

@@ -6,6 +6,13 @@ A message is in one place at a time: ready (submitted, or failed and due again),
 channel: duplicates, never losses. A message `is_current` no longer accepts is not published again
 (docs/adr/0015): `drop_stale` forgets those waiting, and those unconfirmed are forgotten when they fail.
 
+After a nack the publisher probes (`probing`): nothing more is published until a single message, the probe, is
+acked; the first probe goes RETRY_BASE after the nack, each nacked probe doubles the wait up to RETRY_CAP, and an
+ack opens the whole window again. An event is routed to several queues and a publish nacked because one of them
+refused it (a quorum queue electing its leader) leaves a copy in the others: publishing on through an election put
+one copy per event read and per retry in every other queue (~1,600 for a 10 s election in
+tests/e2e/test_rabbit_cluster.py); probing puts one per probe (docs/adr/0090).
+
 The usual message never fails: its first publish time travels with it in the book, and neither of the two dicts
 kept by message id for failed ones (failed tries until confirmed, first publish time until published again) is
 touched. `publisher.Publisher` is the pika side (sockets, timers, metrics); this is the sequin split of a process
@@ -59,6 +66,10 @@ class PublisherState(Generic[T]):
         self._book: ConfirmBook[Entry[T]] = ConfirmBook()
         self._tries: dict[str, int] = {}
         self._first_sent: dict[str, float] = {}
+        self._probes = 0  # probes nacked since the last ack, plus the first nack: 0 when not probing
+        self._probe_at: float | None = None  # when the next probe may go (consumed by `due`)
+        self._probe_ready = False  # a probe may go now
+        self._probe_sent = False  # the probe is the one message in flight
 
     @property
     def unconfirmed(self) -> int:
@@ -79,9 +90,15 @@ class PublisherState(Generic[T]):
         return len(self._ready) + len(self._retry)
 
     @property
+    def probing(self) -> bool:
+        return self._probes > 0
+
+    @property
     def next_due(self) -> float | None:
-        """When the first retrying message is due (`due` then makes it ready); None when none is retrying."""
-        return self._retry[0][0] if self._retry else None
+        """When `due` has something to do: the first retrying message due, or the next probe allowed; None when
+        neither waits."""
+        times = ([self._retry[0][0]] if self._retry else []) + ([self._probe_at] if self._probe_at is not None else [])
+        return min(times) if times else None
 
     def submit(self, messages: Iterable[Outgoing[T]]) -> None:
         self._ready.extend(messages)
@@ -90,7 +107,13 @@ class PublisherState(Generic[T]):
         """The ready messages that fit in the window, oldest first, booked as published at `now` in this order (the
         broker numbers them in the order they are published)."""
         ready = self._ready
-        count = min(len(ready), self._window - len(self._book))
+        if self._probes:
+            if not (self._probe_ready and ready and not len(self._book)):
+                return []
+            self._probe_ready, self._probe_sent = False, True
+            count = 1
+        else:
+            count = min(len(ready), self._window - len(self._book))
         if count <= 0:
             return []
         popleft = ready.popleft
@@ -107,10 +130,16 @@ class PublisherState(Generic[T]):
 
     def acked(self, tag: int, multiple: bool) -> Settled[T]:
         outcome = self._book.acked(tag, multiple)
+        self._stop_probing()  # the broker takes publishes again
         return self._settled(outcome.confirmed, outcome.failed)
 
-    def nacked(self, tag: int, multiple: bool) -> Settled[T]:
-        return Settled([], [], self._book.nacked(tag, multiple).failed, [])
+    def nacked(self, tag: int, multiple: bool, now: float) -> Settled[T]:
+        failed = self._book.nacked(tag, multiple).failed
+        if failed and (not self._probes or self._probe_sent):  # the first nack, or the probe's
+            self._probes += 1
+            self._probe_sent, self._probe_ready = False, False
+            self._probe_at = now + min(RETRY_CAP, RETRY_BASE * 2 ** (self._probes - 1))
+        return Settled([], [], failed, [])
 
     def retry(self, failed: list[Entry[T]], now: float) -> int:
         """Failed messages wait out their backoff (`next_due`, `due`); stale ones are forgotten. Returns how many
@@ -123,7 +152,9 @@ class PublisherState(Generic[T]):
         return len(again)
 
     def due(self, now: float) -> None:
-        """Retrying messages whose backoff is over become ready."""
+        """Retrying messages whose backoff is over become ready, and a probe may go once its wait is over."""
+        if self._probe_at is not None and self._probe_at <= now:
+            self._probe_at, self._probe_ready = None, True
         retry = self._retry
         while retry and retry[0][0] <= now:
             self._ready.append(heapq.heappop(retry)[2])
@@ -134,6 +165,7 @@ class PublisherState(Generic[T]):
         Returns how many will be published again."""
         again = self._keep(self._book.reset())
         self._ready.extendleft(reversed(again))
+        self._stop_probing()  # a new channel starts with the whole window
         return len(again)
 
     def drop_stale(self) -> None:
@@ -149,6 +181,9 @@ class PublisherState(Generic[T]):
         heapq.heapify(self._retry)
         for message in stale:
             self._forget(message)
+
+    def _stop_probing(self) -> None:
+        self._probes, self._probe_at, self._probe_ready, self._probe_sent = 0, None, False, False
 
     def _settled(self, confirmed: list[Entry[T]], failed: list[Entry[T]]) -> Settled[T]:
         if self._tries:

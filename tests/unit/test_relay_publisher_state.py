@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.cdc_relay.messages import Outgoing
-from services.cdc_relay.publisher_state import RETRY_CAP, PublisherState
+from services.cdc_relay.publisher_state import RETRY_BASE, RETRY_CAP, PublisherState
 
 WINDOW = 4
 
@@ -58,8 +58,37 @@ def test_stale_messages_are_dropped_waiting_and_when_they_fail() -> None:
     floor[0] = 4
     state.drop_stale()
     assert state.waiting == 0 and state.unconfirmed == 2  # in flight: dropped when they fail
-    assert state.retry(state.nacked(2, multiple=True).failed, now=0.0) == 0
-    assert state.unconfirmed == state.waiting == 0 and state.next_due is None
+    assert state.retry(state.nacked(2, multiple=True, now=0.0).failed, now=0.0) == 0
+    assert state.unconfirmed == state.waiting == 0 and state.next_due == RETRY_BASE  # only the next probe waits
+
+
+def test_after_a_nack_nothing_more_goes_out_but_one_probe_until_the_broker_acks_again() -> None:
+    state: PublisherState[int] = PublisherState(window=4)
+    state.submit(message(t) for t in range(8))
+    assert [m.token for m in state.to_publish(now=0.0)] == [0, 1, 2, 3]
+    state.retry(state.nacked(4, multiple=True, now=0.0).failed, now=0.0)
+    assert state.probing and state.to_publish(now=0.1) == []  # 4-7 are held, not sent to be nacked too
+    assert state.next_due is not None and state.next_due <= RETRY_BASE
+    state.due(RETRY_BASE)
+    (probe,) = state.to_publish(now=RETRY_BASE)
+    assert probe.token == 4 and state.to_publish(now=RETRY_BASE) == []  # one in flight
+    state.retry(state.nacked(5, multiple=False, now=RETRY_BASE).failed, now=RETRY_BASE)  # the probe nacked
+    state.due(RETRY_BASE * 2.5)
+    assert state.to_publish(now=RETRY_BASE * 2.5) == []  # its wait doubled
+    state.due(RETRY_BASE * 3)
+    (probe,) = state.to_publish(now=RETRY_BASE * 3)
+    state.acked(6, multiple=False)
+    assert not state.probing and len(state.to_publish(now=1.0)) == 4  # the whole window again
+
+
+def test_a_lost_channel_ends_probing() -> None:
+    state: PublisherState[int] = PublisherState(window=2)
+    state.submit(message(t) for t in range(4))
+    state.to_publish(now=0.0)
+    state.retry(state.nacked(1, multiple=False, now=0.0).failed, now=0.0)
+    assert state.probing
+    state.channel_lost()
+    assert not state.probing and len(state.to_publish(now=0.0)) == 2
 
 
 actions = st.one_of(
@@ -88,7 +117,7 @@ def test_every_current_message_is_confirmed_once_and_nothing_else_is_kept(steps:
     def settle(tag: int, multiple: bool, ack: bool) -> None:
         tags = [t for t in sorted(unconfirmed) if t <= tag] if multiple else [tag] * (tag in unconfirmed)
         settled = [unconfirmed.pop(t) for t in tags]
-        outcome = state.acked(tag, multiple) if ack else state.nacked(tag, multiple)
+        outcome = state.acked(tag, multiple) if ack else state.nacked(tag, multiple, now)
         failed = [m.token for m, _ in outcome.failed]
         assert sorted(outcome.tokens + failed) == sorted(settled)
         assert outcome.first_sent == [first_sent[t] for t in outcome.tokens]
