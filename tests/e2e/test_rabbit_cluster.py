@@ -209,8 +209,17 @@ def _redeliver_past_the_limit(cluster: RabbitCluster, topology: Topology) -> Non
             method = eventually(lambda: channel.basic_get(topology.fanout_queue)[0], timeout=30,
                                 what="the poison message back in the queue")
             channel.basic_nack(method.delivery_tag, requeue=True)
-        eventually(lambda: channel.queue_declare(topology.dead_queue, passive=True).method.message_count == 1,
-                   timeout=30, what="the poison message dead-lettered")
+    finally:
+        conn.close()
+    eventually(lambda: _dead_letters(cluster, topology) == 1, timeout=60, what="the poison message dead-lettered")
+
+
+def _dead_letters(cluster: RabbitCluster, topology: Topology) -> int:
+    """Messages in the dead queue, asked on a connection of its own each time: a passive declare refused while the
+    dead queue elects its leader (its leader may have been on the node just killed) closes the channel it ran on."""
+    conn = pika.BlockingConnection(node_parameters(cluster.url))
+    try:
+        return int(conn.channel().queue_declare(topology.dead_queue, passive=True).method.message_count)
     finally:
         conn.close()
 
@@ -237,9 +246,5 @@ def _confirmed_past(db: psycopg.Connection[Any], slot: str, end: str) -> str | N
 
 
 def _no_dead_letters(cluster: RabbitCluster, topology: Topology) -> None:
-    conn = pika.BlockingConnection(node_parameters(cluster.url))
-    try:
-        dead = conn.channel().queue_declare(topology.dead_queue, passive=True).method.message_count
-    finally:
-        conn.close()
+    dead = _dead_letters(cluster, topology)
     assert dead == 0, f"{dead} dead letters: a node loss must not spend attempts or reach the delivery limit"
