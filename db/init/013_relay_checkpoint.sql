@@ -8,6 +8,14 @@
 -- transactions wrote was published and confirmed (the watermark of docs/adr/0071). A row of a transaction at or
 -- above it may not have been. system_identifier and timeline: the server it was recorded on; a promoted standby
 -- keeps the system identifier and starts a new timeline. next_*: the watermark waiting for the slot to pass it.
+-- recovering: a recovery is under way (docs/adr/0091, "A relay killed while it recovers"). The relay creates the slot
+-- again before it republishes the rows the checkpoint does not cover; killed in between, it leaves a slot that has
+-- not seen those rows, and on the same server (a dropped slot) or with no checkpoint yet, slot and checkpoint would
+-- look in order. Set, with the waiting watermark forgotten, before the slot is created, cleared by the reset that
+-- ends the recovery: a relay that finds a slot and `recovering` set republishes from the checkpoint before it streams
+-- (services/cdc_relay/failover_policy.py), and the checkpoint timer leaves the checkpoint alone meanwhile (it runs
+-- from the relay's start on its own thread; on an idle server a watermark recorded just after the new slot's start
+-- would be passed at once and cover the rows still to republish).
 CREATE TABLE IF NOT EXISTS relay_checkpoints (
     slot              text        PRIMARY KEY,
     system_identifier bigint,
@@ -18,7 +26,8 @@ CREATE TABLE IF NOT EXISTS relay_checkpoints (
     next_timeline     integer,
     next_xmin         xid8,
     next_lsn          pg_lsn,
-    next_recorded_at  timestamptz
+    next_recorded_at  timestamptz,
+    recovering        boolean     NOT NULL DEFAULT false
 );
 
 -- The server's current timeline: the first 8 hex digits of the current WAL segment's name (a primary only).
@@ -29,7 +38,8 @@ $$;
 
 -- The relay's checkpoint timer, once per WALFEED_RELAY_CHECKPOINT_INTERVAL: when the slot's confirmed position has
 -- passed the waiting watermark, it becomes the checkpoint; then a new watermark waits. Returns what happened:
--- 'no slot' (nothing done: this database has no such slot), 'other server' (nothing done: the checkpoint was
+-- 'no slot' (nothing done: this database has no such slot), 'recovering' (nothing done: a recovery is under way),
+-- 'other server' (nothing done: the checkpoint was
 -- recorded on another server or timeline, a failover the relay has not handled yet; the relay resets it when it
 -- has republished), 'advanced' or 'waiting'. The watermark's snapshot is taken before the insert position is read
 -- (one statement), so every transaction below its xmin has its commit record before its lsn.
@@ -51,6 +61,9 @@ BEGIN
     END IF;
     SELECT * INTO cp FROM relay_checkpoints c WHERE c.slot = walfeed_relay_checkpoint.slot_name FOR UPDATE;
     have := FOUND;
+    IF have AND cp.recovering THEN
+        RETURN 'recovering';
+    END IF;
     IF have AND cp.snapshot_xmin IS NOT NULL
        AND (cp.system_identifier, cp.timeline) IS DISTINCT FROM (sysid, tl) THEN
         RETURN 'other server';
@@ -89,16 +102,17 @@ BEGIN
     ON CONFLICT (slot) DO UPDATE
     SET system_identifier = excluded.system_identifier, timeline = excluded.timeline,
         snapshot_xmin = excluded.snapshot_xmin, lsn = excluded.lsn, checkpointed_at = excluded.checkpointed_at,
-        next_timeline = NULL, next_xmin = NULL, next_lsn = NULL, next_recorded_at = NULL;
+        next_timeline = NULL, next_xmin = NULL, next_lsn = NULL, next_recorded_at = NULL, recovering = false;
 END $$;
 
--- Before the relay creates the slot again: forget the waiting watermark. It was recorded for the slot that is gone;
--- on the same timeline (a dropped slot) the new slot's start would pass it at once, though the rows below it may
--- never have been confirmed. A watermark recorded from now on lies after the new slot's start.
+-- Before the relay creates the slot again: mark the recovery under way, and forget the waiting watermark. It was
+-- recorded for the slot that is gone; on the same timeline (a dropped slot) the new slot's start would pass it at
+-- once, though the rows below it may never have been confirmed. A watermark recorded from now on lies after the new
+-- slot's start.
 CREATE OR REPLACE FUNCTION walfeed_relay_checkpoint_forget(slot_name text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_catalog, pg_temp AS $$
     UPDATE relay_checkpoints c
-    SET next_timeline = NULL, next_xmin = NULL, next_lsn = NULL, next_recorded_at = NULL
+    SET next_timeline = NULL, next_xmin = NULL, next_lsn = NULL, next_recorded_at = NULL, recovering = true
     WHERE c.slot = walfeed_relay_checkpoint_forget.slot_name
 $$;
 

@@ -21,7 +21,7 @@ class Server:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     server: Server | None  # None: the row exists, nothing checkpointed yet (a watermark is waiting)
-    recovering: bool = False  # a relay began recovering (db/init/015) and did not finish: maybe killed meanwhile
+    recovering: bool = False  # a recovery began (relay_checkpoints.recovering) and never finished: killed, maybe
 
 
 class Action(enum.Enum):
