@@ -67,8 +67,7 @@ class PublisherState(Generic[T]):
         self._tries: dict[str, int] = {}
         self._first_sent: dict[str, float] = {}
         self._probes = 0  # probes nacked since the last ack, plus the first nack: 0 when not probing
-        self._probe_at: float | None = None  # when the next probe may go (consumed by `due`)
-        self._probe_ready = False  # a probe may go now
+        self._probe_at: float | None = None  # when the next probe may go; None once `due` found it past
         self._probe_sent = False  # the probe is the one message in flight
 
     @property
@@ -108,9 +107,9 @@ class PublisherState(Generic[T]):
         broker numbers them in the order they are published)."""
         ready = self._ready
         if self._probes:
-            if not (self._probe_ready and ready and not len(self._book)):
+            if self._probe_at is not None or self._probe_sent or not ready or len(self._book):
                 return []
-            self._probe_ready, self._probe_sent = False, True
+            self._probe_sent = True
             count = 1
         else:
             count = min(len(ready), self._window - len(self._book))
@@ -137,7 +136,7 @@ class PublisherState(Generic[T]):
         failed = self._book.nacked(tag, multiple).failed
         if failed and (not self._probes or self._probe_sent):  # the first nack, or the probe's
             self._probes += 1
-            self._probe_sent, self._probe_ready = False, False
+            self._probe_sent = False
             self._probe_at = now + min(RETRY_CAP, RETRY_BASE * 2 ** (self._probes - 1))
         return Settled([], [], failed, [])
 
@@ -154,7 +153,7 @@ class PublisherState(Generic[T]):
     def due(self, now: float) -> None:
         """Retrying messages whose backoff is over become ready, and a probe may go once its wait is over."""
         if self._probe_at is not None and self._probe_at <= now:
-            self._probe_at, self._probe_ready = None, True
+            self._probe_at = None
         retry = self._retry
         while retry and retry[0][0] <= now:
             self._ready.append(heapq.heappop(retry)[2])
@@ -183,7 +182,7 @@ class PublisherState(Generic[T]):
             self._forget(message)
 
     def _stop_probing(self) -> None:
-        self._probes, self._probe_at, self._probe_ready, self._probe_sent = 0, None, False, False
+        self._probes, self._probe_at, self._probe_sent = 0, None, False
 
     def _settled(self, confirmed: list[Entry[T]], failed: list[Entry[T]]) -> Settled[T]:
         if self._tries:
