@@ -156,9 +156,10 @@ class Processor:
             admitted.append(early if not isinstance(early, int) else None)
             if isinstance(early, int):
                 wanted[index] = early
+        waits: dict[str, float] = {}  # rate-limited targets of this batch: their wait, asked once each
         if wanted:
             try:
-                loaded = self._store.load_many(list(dict.fromkeys(wanted.values())), self._limits.rate,
+                loaded = self._store.load_many(list(wanted.values()), self._limits.rate,
                                                self._limits.burst)
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 for index, delivery_id in wanted.items():
@@ -167,13 +168,12 @@ class Processor:
                 log.exception("loading a batch failed, loading its deliveries one by one")
                 for index, delivery_id in wanted.items():
                     admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
-                        self._admit(d, route.attempt_of(h), h, t, self._store.load_many([d], self._limits.rate,
-                                                                                         self._limits.burst))))
+                        self._admit(d, h, t, self._store.load_many([d], self._limits.rate, self._limits.burst),
+                                    waits)))
             else:
                 for index, delivery_id in wanted.items():
-                    headers = messages[index][1]
-                    admitted[index] = self._guarded(delivery_id, headers, now, lambda d, h, t: self._admit(
-                        d, route.attempt_of(h), h, t, loaded))
+                    admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
+                        self._admit(d, h, t, loaded, waits)))
         return [a if a is not None else REQUEUE for a in admitted]
 
     def send(self, attempt: Attempt) -> Tried:
@@ -261,8 +261,9 @@ class Processor:
         return Hop(_UNAVAILABLE_WAIT_MS, route.copy_headers(headers, **{
             route.DUE_HEADER: _ms(now) + _UNAVAILABLE_WAIT_MS, route.REASON_HEADER: "database unavailable"}))
 
-    def _admit(self, delivery_id: int, attempt: int, headers: Mapping[str, object] | None, now: datetime,
-               loaded: Mapping[int, tuple[Delivery, bool]]) -> Outcome | Attempt:
+    def _admit(self, delivery_id: int, headers: Mapping[str, object] | None, now: datetime,
+               loaded: Mapping[int, tuple[Delivery, bool]], waits: dict[str, float]) -> Outcome | Attempt:
+        attempt = route.attempt_of(headers)
         found = loaded.get(delivery_id)
         if found is None:
             unseen = route.unseen_of(headers)
@@ -289,7 +290,9 @@ class Processor:
                                             error=reason)])
             return DeadLetter(reason, attempt - 1)
         if not taken:
-            wait_ms = max(1, round(self._store.wait(delivery.target, self._limits.rate, self._limits.burst) * 1000))
+            if delivery.target not in waits:
+                waits[delivery.target] = self._store.wait(delivery.target, self._limits.rate, self._limits.burst)
+            wait_ms = max(1, round(waits[delivery.target] * 1000))
             log.info("rate limited", extra={**context, "wait_ms": wait_ms})
             metrics.THROTTLED.labels(delivery.channel).inc()
             return Hop(route.first_hop(wait_ms), route.copy_headers(headers, **{
