@@ -57,6 +57,11 @@ host  replication all   127.0.0.1/32  trust
 """
 
 
+def dbname(url: str) -> str:
+    """The database a connection URL names."""
+    return str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+
+
 def missing() -> str | None:
     """Why this machine cannot run a private cluster, or None when it can (the fixtures' skip reason)."""
     for tool in ("initdb", "pg_ctl", "pg_basebackup", "postgres"):

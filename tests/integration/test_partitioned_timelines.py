@@ -87,10 +87,15 @@ def one_partition_per_execution(root: Plan) -> list[str]:
     one user, must run that user's partition only: run-time pruning), or a partition scanned outside an Append
     that ran more than once (a scan of the whole partition for a batch)."""
     problems = []
+    appended: set[int] = set()
     for append in appends_over_partitions(root):
         ran = sum(child["Actual Loops"] for child in append["Plans"] if is_partition_scan(child))
+        appended.update(id(child) for child in append["Plans"])
         if ran != append["Actual Loops"]:
             problems.append(f"{append['Node Type']} executed {append['Actual Loops']} times ran {ran} partitions")
+    for scan in partition_scans(root):
+        if id(scan) not in appended and scan["Actual Loops"] > 1:
+            problems.append(f"{scan['Relation Name']} scanned {scan['Actual Loops']} times outside an Append")
     return problems
 
 

@@ -101,7 +101,7 @@ def test_the_book_hands_the_watcher_the_oldest_waiting_posts_the_fan_out_can_hav
 
     book = e2e.Book()
     for post_id in (12, 10, 11, 13, 14):  # commits of several writers arrive out of id order
-        book.commit(post_id, author=1, at=float(post_id))
+        book.commit(post_id, at=float(post_id))
     assert book.pending(2) == [10, 11]
     assert book.pending(10, upto=12) == [10, 11, 12]
     book.waiting.pop(11)  # visible
