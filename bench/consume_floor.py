@@ -1,38 +1,35 @@
-"""The floor of consuming one event through pika: a bare BlockingConnection consumer, no work, acks every 500.
+"""What a message costs pika's BlockingConnection (the worker's client) and RabbitMQ, before any work.
 
     .venv/bin/python -m bench.consume_floor [--messages 20000] [--runs 3]
 
 Publishes --messages persistent messages shaped like the relay's (an event's JSON, its id and type) to a queue of
-its own, then consumes them as the worker does (manual acks, `multiple=True` per 500, prefetch 1,000) and prints
-the CPU per message of this process and of RabbitMQ (the whole broker: other users of the machine count too).
-What the fan-out worker spends per message above this is its own: decoding, batching, the database round trips,
-settling (issue 12's ratio, docs/results.md). Removes its queue at the end.
+its own, then consumes them as the worker does (manual acks, `multiple=True` once per batch, the worker's default
+batch size and prefetch) and prints the CPU per message of this process and of RabbitMQ (the whole broker: other
+users of the machine count too). The consumer figure is pika's floor, not the cheapest client possible: what the
+fan-out worker spends per message above it is its own (decoding, batching, the database round trips, settling;
+issue 12's ratio, docs/results.md), and a leaner AMQP client could go below it. Removes its queue at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import time
 import uuid
 
 import pika
 
-from bench.lib import infra
+from bench.lib import infra, proc
+from services.worker.config import WorkerSettings
 
-ACK_EVERY = 500
-PREFETCH = 1_000
+WORKER = WorkerSettings.from_env({})  # the worker's defaults
+ACK_EVERY, PREFETCH = WORKER.batch_size, WORKER.prefetch
 
 
 def broker_cpu() -> float:
-    """CPU seconds of the RabbitMQ server (beam.smp) so far."""
-    pid = subprocess.check_output(["pgrep", "-o", "beam.smp"]).split()[0].decode()
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the RabbitMQ server processes (beam.smp) so far."""
+    return sum(cpu for _name, cpu in proc.by_name({"beam.smp"}).values())
 
 
 def run(messages: int) -> tuple[float, float]:

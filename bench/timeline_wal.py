@@ -5,10 +5,12 @@
 Creates its own database (bench/lib/infra.py; dropped at the end) with 20,000 users, 1,000 authors of --followers
 followers each (spread over the users) and --posts posts, and a wal2json slot of its own. Then, after a CHECKPOINT,
 fans the posts out with the set-based statement (100 posts per statement, as the fan-out bench's ceiling does) in
-four quarters and prints the WAL bytes per timeline row of each (pg_current_wal_insert_lsn before and after: the
-heap row, three index entries, and the full-page images of pages first touched since the checkpoint). Last, it
-reads the slot once with the relay's table filter (only the outbox) and prints the walsender-side CPU per timeline
-row skipped: decoding reads every record of the database, whatever the filter keeps.
+four quarters and prints the WAL bytes per timeline row of each: the records touching this database's relations
+(pg_walinspect: the heap row, three index entries, and the full-page images of pages first touched since the
+checkpoint), so other databases' writes on a shared server are not counted. Last, it reads the slot once with the
+relay's table filter (only the outbox), in a backend of its own, and prints that backend's CPU per timeline row
+skipped: what a walsender spends decoding, as logical decoding reads every WAL record of the server since the
+slot's start, whatever the filter keeps (other databases' writes meanwhile count too: run it on a quiet server).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ INSERT INTO follows (follower_id, followee_id)
 INSERT INTO posts (author_id, body)
     SELECT 1 + (g %% 1000), 'a post body of about fifty characters, like many do' FROM generate_series(1, %(posts)s) g;
 """
+WAL_OF_DATABASE = """
+SELECT coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+WHERE block_ref LIKE %(rel)s
+"""  # the fan-out bench's ft.WAL_OF_DATABASE, with the full-page images
 DECODE = ("SELECT count(*) FROM pg_logical_slot_get_changes(%s, NULL, NULL, 'format-version', '2', "
           "'add-tables', 'public.outbox')")
 
@@ -49,6 +55,8 @@ def main() -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"posts": args.posts, "followers": args.followers})
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (slot,))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            rel = f"%/{conn.execute('SELECT oid FROM pg_database WHERE datname = current_database()').fetchone()[0]}/%"  # type: ignore[index]
             conn.execute("CHECKPOINT")
             ids = [int(r[0]) for r in conn.execute("SELECT id FROM posts ORDER BY id").fetchall()]
             quarter, total_rows = -(-len(ids) // 4), 0
@@ -57,12 +65,11 @@ def main() -> int:
                 start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
                 for at in range(0, len(part), ft.PER_STATEMENT):
                     conn.execute(ft.SET_BASED, {"post_ids": part[at:at + ft.PER_STATEMENT]})
-                row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s), "
-                                   "(SELECT count(*) FROM timelines WHERE post_id = ANY(%s))",
-                                   (start, part)).fetchone()
-                assert row is not None
-                total_rows += int(row[1])
-                print(f"quarter {q + 1}: {int(row[1]):,} timeline rows, {float(row[0]) / int(row[1]):.0f} bytes of WAL "
+                end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+                size = conn.execute(WAL_OF_DATABASE, {"start": start, "end": end, "rel": rel}).fetchone()[0]  # type: ignore[index]
+                rows = conn.execute("SELECT count(*) FROM timelines WHERE post_id = ANY(%s)", (part,)).fetchone()[0]  # type: ignore[index]
+                total_rows += int(rows)
+                print(f"quarter {q + 1}: {int(rows):,} timeline rows, {float(size) / int(rows):.0f} bytes of WAL "
                       f"per row", flush=True)
             pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
             cpu, started = proc.cpu_seconds(pid) or 0.0, time.perf_counter()

@@ -2,8 +2,9 @@
 
 Writers insert each post and its `post.created` outbox row in one transaction with the API's own statements
 (services/api/sql.py, as services/api/store.py runs them), paced to a steady
-rate. A watcher polls `timelines` for the posts not complete yet that the fan-out has reached (`watcher`)
-every few ms; a post is visible when it has `expected` rows (its followers' plus the author's own). The time of
+rate. A watcher polls for the posts not complete yet that the fan-out has reached (`watcher`) every few ms: a
+post is visible once its fan-out decision is recorded, which commits with its `expected` rows (its followers' plus
+the author's own; `verify` counts them after the run). The time of
 visibility is the start of the watcher's query that first saw them (its snapshot), so a latency is exact to
 within one watcher period. The API is not used: its read path merges undecided posts at read time, so a post
 is "visible" through the API at once; the rows in `timelines` are what the relay and the worker deliver.
@@ -39,7 +40,6 @@ class Book:
     """Commit and visibility times (time.monotonic) per post id, shared by writers and the watcher."""
 
     committed: dict[int, float] = field(default_factory=dict)
-    authors: dict[int, int] = field(default_factory=dict)
     visible: dict[int, float] = field(default_factory=dict)
     published: dict[int, float] = field(default_factory=dict)  # received from the events exchange
     polls: int = 0
@@ -49,10 +49,9 @@ class Book:
     waiting: dict[int, None] = field(default_factory=dict)  # committed, not visible yet: the backlog
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def commit(self, post_id: int, author: int, at: float) -> None:
+    def commit(self, post_id: int, at: float) -> None:
         with self.lock:
             self.committed[post_id] = at
-            self.authors[post_id] = author
             self.waiting[post_id] = None
 
     def pending(self, limit: int, upto: int | None = None) -> list[int]:
@@ -122,7 +121,7 @@ def writer(url: str, book: Book, authors: int, rate: float, total: int, index: i
                 with book.lock:
                     book.errors += 1
                 continue
-            book.commit(post_id, author, time.monotonic())
+            book.commit(post_id, time.monotonic())
         with contextlib.suppress(threading.BrokenBarrierError):
             done.wait(60)
 

@@ -67,7 +67,7 @@ async def _connection(port: int, book: Book, authors: int, rate: float, total: i
                 with book.lock:
                     book.errors += 1
             else:
-                book.commit(post_id, author, time.monotonic())
+                book.commit(post_id, time.monotonic())
     finally:
         writer.close()
 
