@@ -24,7 +24,7 @@ from services.notifier import mentions
 from services.notifier import sql as q
 from services.worker import decide, policy
 from services.worker import sql as worker_sql
-from services.worker.fanout import apply_batch
+from services.worker.fanout import apply_batch, known_events
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ class Effects:
             keys = post_lock_keys(unique)
             if keys:
                 conn.execute(q.LOCK_POSTS, {"keys": keys})
-            known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in conn.execute(
-                worker_sql.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list({e.id for e in unique})})}
+            known = known_events(conn, CONSUMER, unique)
             real: list[ev.Event] = []
             for event in unique:
                 failure = decide.check(event, known.get(event.id))

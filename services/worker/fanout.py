@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+import orjson
 import psycopg
 from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
@@ -63,8 +64,7 @@ class Effects:
         keys, exclusive = decide.locks(unique)
         with conn.transaction():
             conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
-            known = {r["id"]: decide.Known(r["type"], r["payload"], r["processed"]) for r in conn.execute(
-                q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": list({e.id for e in unique})})}
+            known = known_events(conn, CONSUMER, unique)
             real: dict[str, list[ev.Event]] = defaultdict(list)
             for event in unique:
                 failure = decide.check(event, known.get(event.id))
@@ -229,6 +229,13 @@ def apply_batch(pool: ConnectionPool, events: Iterable[ev.Event],
         if unavailable(exc):
             raise policy.Unavailable(policy.reason_text(exc)) from exc
         raise
+
+
+def known_events(conn: Conn, consumer: str, events: Iterable[ev.Event]) -> dict[uuid.UUID, decide.Known]:
+    """What the database holds for each event id (sql.py KNOWN_EVENTS), as `consumer` sees it: an id that is
+    missing has no visible outbox row."""
+    rows = conn.execute(q.KNOWN_EVENTS, {"consumer": consumer, "ids": list({e.id for e in events})}).fetchall()
+    return {r["id"]: decide.Known(r["type"], orjson.loads(r["payload"]), r["processed"]) for r in rows}
 
 
 def trim(conn: Conn, user_ids: list[int], cap: int) -> int:

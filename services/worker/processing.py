@@ -48,19 +48,19 @@ class Processor:
     def batch(self, messages: Sequence[Message]) -> list[Result]:
         """One result per message, in order. The decodable ones are applied together in one transaction."""
         started = time.monotonic()
-        parsed = [policy.classify(m.body, policy.attempt_of(m.headers)) for m in messages]
+        attempts = [policy.attempt_of(m.headers) for m in messages]
+        parsed = [policy.classify(m.body, attempt) for m, attempt in zip(messages, attempts, strict=True)]
         events = [p for p in parsed if isinstance(p, Event)]
         done = self._apply_isolating(events)
         seconds = (time.monotonic() - started) / max(1, len(messages))
         results = []
-        for message, item in zip(messages, parsed, strict=True):
+        for message, attempt, item in zip(messages, attempts, parsed, strict=True):
             if isinstance(item, policy.Dead):
                 log.warning("malformed message", extra={"reason": item.reason,
                                                         "trace_id": tracecontext.trace_id(message.headers)})
                 results.append(Result(item, "malformed", None, "malformed", seconds))
             else:
-                results.append(self._settle(item, policy.attempt_of(message.headers), done[item], seconds,
-                                            message.headers))
+                results.append(self._settle(item, attempt, done[item], seconds, message.headers))
         return results
 
     def large(self, message: Message, event: Event) -> Result:
