@@ -169,3 +169,19 @@ def test_a_follow_event_after_a_real_unfollow_is_done_at_once(db: Conn, pool: Co
     world.unfollow(db, fan, author)
     assert effects(pool).handle(followed) == "gone"
     assert effects(pool).handle(followed) == "duplicate"
+
+
+def test_probing_by_key_turns_hash_and_merge_joins_off_for_its_statement_only(pool: ConnectionPool) -> None:
+    seen = "SELECT current_setting('enable_hashjoin') AS hash, current_setting('enable_mergejoin') AS merge"
+    with pool.connection() as conn, conn.transaction():
+        inside = fanout.probing_by_key(conn, psycopg.sql.SQL(seen), {})
+        after = conn.execute(seen).fetchall()
+    assert inside == [{"hash": "off", "merge": "off"}]
+    assert after == [{"hash": "on", "merge": "on"}]  # type: ignore[comparison-overlap]  # the pool's rows are dicts
+
+
+def test_probing_by_key_fails_the_transaction_and_its_settings_with_it(pool: ConnectionPool) -> None:
+    with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero), conn.transaction():
+            fanout.probing_by_key(conn, psycopg.sql.SQL("SELECT 1 / 0"), {})
+        assert conn.execute("SELECT current_setting('enable_hashjoin')").fetchall() == [{"current_setting": "on"}]  # type: ignore[comparison-overlap]
