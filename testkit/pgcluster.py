@@ -113,9 +113,9 @@ class PgCluster:
         self.start(node)
         return node
 
-    def add_standby(self, name: str | None = None) -> Node:
+    def add_standby(self) -> Node:
         """A streaming standby of the current primary (pg_basebackup -R), returned once it streams."""
-        node = self._node(name or f"standby{len(self.nodes)}")
+        node = self._node(f"standby{len(self.nodes)}")
         _run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres",
              "-D", str(node.data_dir), "-R", "-X", "stream", "-c", "fast", "--no-sync")
         with open(node.data_dir / "postgresql.conf", "a") as conf:
@@ -163,13 +163,13 @@ class PgCluster:
         """The primary's WAL insert position: every commit so far is at or before it."""
         return str(self._one(node, "SELECT pg_current_wal_insert_lsn()::text"))
 
-    def wait_streaming(self, standby: Node, timeout: float = 60.0) -> None:
+    def wait_streaming(self, standby: Node) -> None:
         eventually(lambda: self._one(standby, "SELECT status = 'streaming' FROM pg_stat_wal_receiver"),
-                   timeout=timeout, what=f"{standby.name} streaming from the primary")
+                   timeout=60, what=f"{standby.name} streaming from the primary")
 
-    def wait_replayed(self, standby: Node, lsn: str, timeout: float = 60.0) -> None:
+    def wait_replayed(self, standby: Node, lsn: str) -> None:
         eventually(lambda: self._one(standby, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)),
-                   timeout=timeout, what=f"{standby.name} replayed {lsn}")
+                   timeout=60, what=f"{standby.name} replayed {lsn}")
 
     def logs(self) -> str:
         return "\n".join(f"===== {n.name} ({n.log_path})\n{_tail(n.log_path)}" for n in self.nodes)
@@ -258,5 +258,5 @@ def _run(tool: str, *args: str) -> str:
     return done.stdout
 
 
-def _tail(path: Path, chars: int = 6000) -> str:
-    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-6000:] if path.exists() else ""

@@ -30,6 +30,7 @@ from testkit.waiting import eventually
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+NODES = 3  # a quorum queue keeps its majority with one node down
 START_TIMEOUT = 120.0  # seconds for one node to boot on a busy machine
 
 
@@ -57,10 +58,10 @@ class Node:
 
 
 class RabbitCluster:
-    def __init__(self, size: int = 3) -> None:
+    def __init__(self) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="walfeed-rabbit-cluster-"))
         suffix = os.getpid()
-        self.nodes = [Node(f"wfc{i}_{suffix}@localhost", free_port(), free_port()) for i in range(1, size + 1)]
+        self.nodes = [Node(f"wfc{i}_{suffix}@localhost", free_port(), free_port()) for i in range(1, NODES + 1)]
         cookie = self.base / ".erlang.cookie"
         cookie.write_text(secrets.token_hex(20))
         cookie.chmod(0o400)
@@ -175,8 +176,8 @@ class RabbitCluster:
 
 
 @contextlib.contextmanager
-def cluster(size: int = 3) -> Iterator[RabbitCluster]:
-    started = RabbitCluster(size)
+def cluster() -> Iterator[RabbitCluster]:
+    started = RabbitCluster()
     try:
         yield started.start()
     finally:

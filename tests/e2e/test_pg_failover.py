@@ -27,7 +27,7 @@ from services.core.settings import Settings
 from testkit.pgcluster import Node, PgCluster, dbname
 from testkit.processes import Process, Processes
 from testkit.waiting import eventually
-from tests.integration.relay.conftest import Watcher, watcher  # noqa: F401  (the fixture)
+from tests.integration.relay.conftest import Watcher, checkpointed, watcher  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -114,13 +114,6 @@ def timelines_converged(url: str) -> bool:
     settings = Settings.from_env({"WALFEED_DATABASE_URL": url})
     return rebuild.run(settings, users=[], all_users=True, after=0, check=True, batch_size=100, settle=0,
                        out=io.StringIO(), progress=io.StringIO()) == 0
-
-
-def checkpointed(url: str, slot: str) -> bool:
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT snapshot_xmin IS NOT NULL FROM relay_checkpoints WHERE slot = %s",
-                           (slot,)).fetchone()
-    return bool(row and row[0])
 
 
 def republished(relay: Process) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import threading
-import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 from services.core import queues
 from services.core.amqp import declare_events_exchange, node_parameters
 from services.core.topology import Topology
+from testkit import metrics
 from testkit.processes import Processes, free_port
 from testkit.rabbit_cluster import RabbitCluster
 from testkit.waiting import eventually
@@ -61,10 +61,8 @@ class Writer(threading.Thread):
 
 def _counted(metrics_port: int, series: str) -> dict[str, int]:
     """The samples of a counter on a process's /metrics, by their labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return {line.rsplit(" ", 1)[0][len(series):]: round(float(line.rsplit(" ", 1)[1]))
-            for line in text.splitlines() if line.startswith(series + "{")}
+    found = metrics.samples(metrics.scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
+    return {key[len(series):]: round(value) for key, value in found.items() if key.startswith(series + "{")}
 
 
 def _settled(metrics_port: int) -> int:

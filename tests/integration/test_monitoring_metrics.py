@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit import metrics
 from testkit.processes import Processes, free_port
 from testkit.waiting import eventually
 from tests.unit.environment import ROOT
@@ -48,13 +49,7 @@ def _rabbitmq_url() -> str:
 
 
 def _served_at(url: str) -> set[str]:
-    return served(_scrape(url))
-
-
-def _scrape(url: str) -> str:
-    resp = httpx.get(url, timeout=5)
-    resp.raise_for_status()
-    return resp.text
+    return served(metrics.scrape(url))
 
 
 def test_every_metric_the_alerts_and_the_dashboard_use_is_served(processes: Processes) -> None:
@@ -93,5 +88,4 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_served(processes: Proc
 
 
 def _value(url: str, name: str, labels: dict[str, str]) -> float:
-    return sum(sample.value for family in text_string_to_metric_families(_scrape(url)) for sample in family.samples
-               if sample.name == name and labels.items() <= sample.labels.items())
+    return metrics.total(metrics.scrape(url), name, labels)

@@ -4,7 +4,6 @@ stays a key-probe insert; the trim deletes exactly the rows it should (a ctid jo
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -18,14 +17,14 @@ from services.api import sql as api_sql
 from services.worker import fanout
 from services.worker import sql as q
 from services.worker.main import PLAN_EACH_BATCH
+from testkit import plans
+from testkit.plans import Plan
 
 pytestmark = pytest.mark.integration
 
 Db = psycopg.Connection[dict[str, Any]]
-Plan = dict[str, Any]
 
 PARTITIONS = 32
-PARTITION = re.compile(r"^timelines_p\d\d$")
 # 3,000 users with 60 rows each (180,000 rows, about 5,600 per partition): partitions of a few dozen pages, so that
 # the planner has a real choice between probing them and scanning them.
 SCENARIO = """
@@ -55,30 +54,22 @@ def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
 
 def explain(db: Db, statement: SQL | str, params: dict[str, Any], *, analyze: bool = False) -> Plan:
     """The plan as JSON; with `analyze` the statement runs, in a transaction rolled back here."""
-    options = "ANALYZE, TIMING OFF, FORMAT JSON" if analyze else "FORMAT JSON"
-    query = SQL("EXPLAIN ({}) ").format(SQL(options)) + (SQL(statement) if isinstance(statement, str) else statement)
-    row = db.execute(query, params).fetchone()
+    plan = plans.explain(db, statement, params, analyze=analyze)
     db.rollback()
-    assert row is not None
-    value = row["QUERY PLAN"]
-    return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]  # type: ignore[no-any-return]
-
-
-def nodes(node: Plan) -> list[Plan]:
-    return [node, *[n for child in node.get("Plans", []) for n in nodes(child)]]
+    return plan
 
 
 def is_partition_scan(node: Plan) -> bool:
-    return bool(PARTITION.match(node.get("Relation Name", ""))) and "Scan" in node["Node Type"]
+    return plans.is_partition(node.get("Relation Name")) and "Scan" in node["Node Type"]
 
 
 def partition_scans(node: Plan) -> list[Plan]:
-    return [n for n in nodes(node) if is_partition_scan(n)]
+    return [n for n in plans.nodes(node) if is_partition_scan(n)]
 
 
 def appends_over_partitions(root: Plan) -> list[Plan]:
     """Append and Merge Append nodes over timelines partitions (their children scan one each)."""
-    return [n for n in nodes(root) if n["Node Type"] in ("Append", "Merge Append")
+    return [n for n in plans.nodes(root) if n["Node Type"] in ("Append", "Merge Append")
             and any(is_partition_scan(c) for c in n.get("Plans", []))]
 
 
@@ -137,8 +128,7 @@ def test_a_timeline_page_reads_one_partition_in_custom_and_generic_plans(loaded:
         SQL(", ").join(params[n] for n in names))).fetchone()
     loaded.rollback()
     assert row is not None
-    generic = json.loads(row["QUERY PLAN"]) if isinstance(row["QUERY PLAN"], str) else row["QUERY PLAN"]
-    appends = appends_over_partitions(generic[0]["Plan"])
+    appends = appends_over_partitions(plans.root(row["QUERY PLAN"]))
     assert appends, "a generic plan reads timelines through an Append of its partitions"
     for append in appends:
         assert append.get("Subplans Removed") == PARTITIONS - 1, append
@@ -171,8 +161,7 @@ def test_the_batch_fan_out_is_still_a_key_probe_insert(loaded: Db) -> None:
     posts = [r["id"] for r in loaded.execute("SELECT id FROM posts ORDER BY id DESC LIMIT %s", (BATCH,))]
     loaded.rollback()
     plan = explain(loaded, q.FANOUT_BATCH, {"own": posts, "fan_out": [True] * len(posts)}, analyze=True)
-    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name"))
-             for n in nodes(plan) if "Scan" in n["Node Type"]}
+    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in plans.scans(plan)}
     assert ("Index Scan", "posts", "posts_pkey") in scans, scans
     assert not [s for s in scans if s[1] == "posts" and s[0] == "Seq Scan"], scans
     assert not partition_scans(plan)

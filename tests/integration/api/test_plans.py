@@ -4,7 +4,6 @@ followed accounts: counted on the wire, and their EXPLAIN plans checked for inde
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from services.api import sql, store
+from testkit import plans
 
 pytestmark = pytest.mark.integration
 
@@ -48,26 +48,15 @@ def loaded(database_url: str) -> Iterator[Db]:
         yield conn
 
 
-def plan(db: Db, query: str, params: dict[str, object]) -> dict[str, Any]:
-    row = db.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
-    assert row is not None
-    value = row["QUERY PLAN"]
-    return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]  # type: ignore[no-any-return]
-
-
-def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return [node, *[n for child in node.get("Plans", []) for n in nodes(child)]]
-
-
 @pytest.mark.parametrize("query", ["TIMELINE_ABOVE_FLOOR", "TIMELINE_FAN_IN"])
 def test_timeline_statements_use_indexes_only(loaded: Db, query: str) -> None:
     floor = loaded.execute("SELECT timeline_floor FROM users WHERE id = 1").fetchone()["timeline_floor"]  # type: ignore[index]
     params = {"user": 1, "before": 2**63 - 1 if query == "TIMELINE_ABOVE_FLOOR" else floor,
               "floor": floor, "limit": 21}
-    all_nodes = nodes(plan(loaded, getattr(sql, query), params))
-    scans = {(n["Node Type"], n.get("Relation Name"), _parent_index(n.get("Index Name"))) for n in all_nodes
-             if "Scan" in n["Node Type"] and (n.get("Relation Name") or n.get("Index Name"))}
-    partitions = {n["Relation Name"] for n in all_nodes if re.fullmatch(r"timelines_p\d\d", n.get("Relation Name", ""))}
+    root = plans.explain(loaded, getattr(sql, query), params)
+    scans = {(n["Node Type"], n.get("Relation Name"), _parent_index(n.get("Index Name"))) for n in plans.scans(root)
+             if n.get("Relation Name") or n.get("Index Name")}
+    partitions = {n["Relation Name"] for n in plans.nodes(root) if plans.is_partition(n.get("Relation Name"))}
     assert len(partitions) <= 1, partitions  # the user's partition of timelines only (docs/adr/0093)
     for line in loaded.execute("EXPLAIN " + getattr(sql, query), params).fetchall():
         print(line["QUERY PLAN"])  # shown with pytest -s: the plans of docs/adr/0031
@@ -125,8 +114,8 @@ def test_idempotency_key_lookup_uses_the_partial_unique_index(loaded: Db) -> Non
     its insert's ON CONFLICT names that index's predicate (no arbiter otherwise)."""
     loaded.execute("UPDATE posts SET idempotency_key = 'k' || id WHERE id % 10 = 0")
     loaded.execute("ANALYZE posts")
-    scans = {(n["Node Type"], n.get("Index Name")) for n in nodes(plan(loaded, sql.POST_BY_KEY,
-                                                                      {"author": 2, "key": "k10"}))}
+    root = plans.explain(loaded, sql.POST_BY_KEY, {"author": 2, "key": "k10"})
+    scans = {(n["Node Type"], n.get("Index Name")) for n in plans.nodes(root)}
     assert any(index == "posts_idempotency_idx" for _, index in scans), scans
     assert "Seq Scan" not in {kind for kind, _ in scans}, scans
     assert loaded.execute("SELECT count(*) AS n FROM pg_constraint WHERE conname = "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ import pytest
 from services.api.app import create_app
 from services.api.readafter import HEADER
 from services.core.settings import Settings
+from testkit import metrics
 from testkit.pgcluster import Node, PgCluster, dbname
 from testkit.processes import Processes, free_port
 from testkit.waiting import eventually
@@ -77,9 +77,8 @@ def replay_paused(standby: Node) -> Iterator[None]:
 
 def _reads(client: httpx.Client) -> dict[tuple[str, str], float]:
     """walfeed_api_replica_reads_total by (server, reason)."""
-    found = re.findall(r'walfeed_api_replica_reads_total\{reason="([^"]+)",server="([^"]+)"\} (\S+)',
-                       client.get("/metrics").text)
-    return {(server, reason): float(value) for reason, server, value in found}
+    found = metrics.labelled(client.get("/metrics").text, "walfeed_api_replica_reads_total")
+    return {(labels["server"], labels["reason"]): value for labels, value in found}
 
 
 def _post(client: httpx.Client, author: Account, body: str) -> tuple[int, str]:

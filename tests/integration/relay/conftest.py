@@ -6,12 +6,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import pika
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from services.core.topology import Topology
 from testkit.infra import Infra
@@ -25,6 +26,10 @@ INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 SELECT gen_random_uuid(), 'post', g::text, 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
 FROM generate_series(1, %s) AS g
 RETURNING id
+"""
+_CHECKPOINT = """
+SELECT system_identifier, timeline, snapshot_xmin::text::bigint AS xmin, pg_wal_lsn_diff(lsn, '0/0')::bigint AS lsn
+FROM relay_checkpoints WHERE slot = %s
 """
 
 
@@ -52,6 +57,18 @@ def current_lsn(database_url: str) -> int:
         row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def checkpoint(database_url: str, slot: str) -> dict[str, Any] | None:
+    """The relay's failover checkpoint of `slot` (relay_checkpoints, docs/adr/0091), if it has a row."""
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute(_CHECKPOINT, (slot,)).fetchone()
+
+
+def checkpointed(database_url: str, slot: str) -> bool:
+    """The relay recorded a checkpoint of `slot` (a row only waiting for its first watermark is not one)."""
+    found = checkpoint(database_url, slot)
+    return found is not None and found["xmin"] is not None
 
 
 @dataclass

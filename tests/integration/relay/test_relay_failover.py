@@ -7,24 +7,23 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from typing import Any
 
 import psycopg
 import pytest
 
 from testkit.waiting import eventually
-from tests.integration.relay.conftest import StartRelay, Watcher, assert_published_as_spec, current_lsn, write_events
+from tests.integration.relay.conftest import (
+    StartRelay,
+    Watcher,
+    assert_published_as_spec,
+    checkpoint,
+    current_lsn,
+    write_events,
+)
 
 pytestmark = pytest.mark.integration
 
 FAST = {"WALFEED_RELAY_CHECKPOINT_INTERVAL": "0.2"}
-
-
-def checkpoint(database_url: str, slot: str) -> dict[str, Any] | None:
-    with psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
-        return conn.execute("SELECT system_identifier, timeline, snapshot_xmin::text::bigint AS xmin,"
-                            " pg_wal_lsn_diff(lsn, '0/0')::bigint AS lsn FROM relay_checkpoints WHERE slot = %s",
-                            (slot,)).fetchone()
 
 
 def server(database_url: str) -> tuple[int, int, int]:

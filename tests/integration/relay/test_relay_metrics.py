@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
 import pika
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from services.core.topology import Topology
+from testkit import metrics
 from testkit.infra import Infra
 from testkit.processes import free_port
 from testkit.waiting import eventually
@@ -23,13 +22,7 @@ FILLER = 4 * 1024 * 1024  # bytes of WAL written to another table while the posi
 
 def scrape(port: int) -> dict[str, float]:
     """Every sample of the relay's metrics, by name and labels: {'name{label="v"}': value}."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            samples[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return samples
+    return metrics.samples(metrics.scrape(f"http://127.0.0.1:{port}/metrics"))
 
 
 def scrape_when(port: int, condition: Callable[[dict[str, float]], bool]) -> dict[str, float] | None:

@@ -13,7 +13,7 @@ from services.core import slots
 from services.core.settings import Settings
 from services.core.topology import Topology
 from testkit.waiting import eventually
-from tests.integration.relay.conftest import Watcher, watcher, write_events  # noqa: F401  (the fixture)
+from tests.integration.relay.conftest import Watcher, checkpointed, watcher, write_events  # noqa: F401  (the fixture)
 from tests.integration.roles.conftest import RoleEnv
 
 pytestmark = pytest.mark.integration
@@ -37,9 +37,7 @@ def test_the_relay_role_checkpoints_and_recovers_a_missing_slot(
     eventually(lambda: watcher.has_all(ids), timeout=30, what="the outbox republished under the relay's role")
     with psycopg.connect(url, autocommit=True) as conn:
         assert slots.find(conn.cursor(), slot_name) is not None
-        row = conn.execute("SELECT snapshot_xmin IS NOT NULL FROM relay_checkpoints WHERE slot = %s",
-                           (slot_name,)).fetchone()
-        assert row == (True,)
+    assert checkpointed(url, slot_name)
     for process in ("api", "worker"):
         with psycopg.connect(role_env(process)["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
                 pytest.raises(psycopg.errors.InsufficientPrivilege):

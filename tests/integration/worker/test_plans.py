@@ -4,8 +4,6 @@ of every post, outbox row or timeline row (docs/adr/0024)."""
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +17,7 @@ from services.core.db import make_pool
 from services.worker import sql as q
 from services.worker.fanout import CONSUMER
 from services.worker.main import PLAN_EACH_BATCH
+from testkit import plans
 
 pytestmark = pytest.mark.integration
 
@@ -55,21 +54,13 @@ def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
 
 
 def scans(db: Db, statement: SQL, params: dict[str, Any]) -> set[tuple[str, str | None, str | None]]:
-    row = db.execute(SQL("EXPLAIN (FORMAT JSON) ") + statement, params).fetchone()
-    assert row is not None
-    value = row["QUERY PLAN"]
-    root = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
-
-    def walk(node: dict[str, Any]) -> list[dict[str, Any]]:
-        return [node, *[n for child in node.get("Plans", []) for n in walk(child)]]
-
     return {(n["Node Type"], _table(n.get("Relation Name")), n.get("Index Name"))
-            for n in walk(root) if "Scan" in n["Node Type"]}
+            for n in plans.scans(plans.explain(db, statement, params))}
 
 
 def _table(relation: str | None) -> str | None:
     """A partition of timelines (db/init/012) counts as timelines."""
-    return "timelines" if relation is not None and re.fullmatch(r"timelines_p\d\d", relation) else relation
+    return "timelines" if plans.is_partition(relation) else relation
 
 
 def test_batch_statements_probe_by_key(loaded: Db) -> None:

@@ -1,0 +1,46 @@
+"""EXPLAIN plans as the plan tests read them: the JSON of one statement's plan, and its nodes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.sql import SQL
+
+Plan = dict[str, Any]
+
+PARTITION = re.compile(r"timelines_p\d\d")  # a hash partition of timelines (db/init/012)
+
+
+def explain(db: psycopg.Connection[dict[str, Any]], statement: SQL | str, params: Mapping[str, Any], *,
+            analyze: bool = False) -> Plan:
+    """The root node of the statement's plan; with `analyze` the statement runs (the caller rolls it back)."""
+    options = "ANALYZE, TIMING OFF, FORMAT JSON" if analyze else "FORMAT JSON"
+    query = SQL("EXPLAIN ({}) ").format(SQL(options)) + (SQL(statement) if isinstance(statement, str) else statement)
+    row = db.execute(query, params).fetchone()
+    assert row is not None
+    return root(row["QUERY PLAN"])
+
+
+def root(query_plan: object) -> Plan:
+    """The root node of an EXPLAIN (FORMAT JSON) result's "QUERY PLAN" value (text, or JSON already decoded)."""
+    decoded: Any = json.loads(query_plan) if isinstance(query_plan, str) else query_plan
+    plan: Plan = decoded[0]["Plan"]
+    return plan
+
+
+def nodes(node: Plan) -> list[Plan]:
+    """`node` and every node under it."""
+    return [node, *[n for child in node.get("Plans", []) for n in nodes(child)]]
+
+
+def scans(node: Plan) -> list[Plan]:
+    """The scans (Seq Scan, Index Scan, Bitmap Heap Scan, ...) among `node` and the nodes under it."""
+    return [n for n in nodes(node) if "Scan" in n["Node Type"]]
+
+
+def is_partition(relation: str | None) -> bool:
+    return relation is not None and PARTITION.fullmatch(relation) is not None
