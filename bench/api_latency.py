@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from bench.lib import closedloop, entry, infra, otlp_sink, proc
+from bench.lib import closedloop, entry, infra, otlp_sink
 from bench.lib.closedloop import load
+from bench.lib.cpumeter import CpuMeter
 from bench.lib.stats import percentile
 from services.api import sql
 from testkit.processes import free_port
@@ -121,29 +121,6 @@ def pgbench_tps(url: str, clients: int, seconds: int) -> float:
     return closedloop.pgbench_tps(url, pgbench_script(), clients, seconds)
 
 
-class CpuMeter:
-    """CPU seconds of this process (the load generator), of the api processes, of children (pgbench), and of the
-    whole machine, over one measured run."""
-
-    def __init__(self, api_pid: int) -> None:
-        self.api_pid = api_pid
-
-    def __enter__(self) -> CpuMeter:
-        self.started = time.perf_counter()
-        self.own, self.children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.api, self.machine = proc.tree(self.api_pid, "api"), proc.machine_ticks()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        wall = time.perf_counter() - self.started
-        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.loadgen = (own.ru_utime + own.ru_stime - self.own.ru_utime - self.own.ru_stime) / wall
-        self.pgbench = (children.ru_utime + children.ru_stime - self.children.ru_utime - self.children.ru_stime) / wall
-        # pid by pid: an api worker restarted in between counts from zero, not as a jump of the total
-        self.api_share = proc.spent(self.api, proc.tree(self.api_pid, "api")).get("api", 0.0) / wall
-        self.busy = proc.cores_busy(self.machine, proc.machine_ticks())
-
-
 def throughput(port: int, api_pid: int, url: str, auths: list[dict[str, str]], args: argparse.Namespace) -> None:
     """ABAB: api run, pgbench run, repeated; plus the bare HTTP stack (GET /healthz) under the same load."""
     connections = args.pool * args.workers
@@ -158,15 +135,15 @@ def throughput(port: int, api_pid: int, url: str, auths: list[dict[str, str]], a
         with CpuMeter(api_pid) as b:
             db.append(pgbench_tps(url, connections, args.seconds))
         ratios.append(api[-1] / db[-1])
-        print(f"{i + 1:>4} {api[-1]:>12.0f} {db[-1]:>12.0f} {ratios[-1]:>6.2f} {a.loadgen:>12.2f} {a.api_share:>8.2f} "
-              f"{b.pgbench:>12.2f} {a.busy:>6.2f}/{b.busy:<6.2f}")
+        print(f"{i + 1:>4} {api[-1]:>12.0f} {db[-1]:>12.0f} {ratios[-1]:>6.2f} {a.loadgen:>12.2f} {a.api:>8.2f} "
+              f"{b.children:>12.2f} {a.busy:>6.2f}/{b.busy:<6.2f}")
         with CpuMeter(api_pid) as h:
             health.append(load(port, HEALTHZ, b"HTTP/1.1 200", args.clients, args.seconds / 2))
     print(f"median: api {statistics.median(api):.0f} posts/s, pgbench {statistics.median(db):.0f} tps "
           f"({connections} connections, same statement), median ratio {statistics.median(ratios):.2f} (target >= 0.5)")
     print(f"bare HTTP stack, GET /healthz, same {args.clients} clients: median {statistics.median(health):.0f} req/s "
           f"= {statistics.median(health) / statistics.median(db):.2f} x pgbench (loadgen CPU {h.loadgen:.2f}, "
-          f"api CPU {h.api_share:.2f})")
+          f"api CPU {h.api:.2f})")
     print(f"nproc {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

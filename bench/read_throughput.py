@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +31,8 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from bench.lib import closedloop, dbload, entry, infra, proc
+from bench.lib import closedloop, entry, infra
+from bench.lib.cpumeter import CpuMeter
 from services.api import sql
 from testkit.processes import free_port
 
@@ -94,48 +92,12 @@ def requests(first: int, last: int) -> list[bytes]:
 @dataclass
 class Sample:
     rate: float
-    api: float  # cores
-    db: float
-    client: float
+    api: float  # cores, over the run less its first and last second
+    db: float  # the bench database's backends, likewise
+    client: float  # this process and its children (pgbench), over the whole run
 
     def per_read_ms(self, cores: float) -> float:
         return cores / self.rate * 1000
-
-
-class Meter:
-    """CPU of the api tree and of the bench database's backends over the inner window of a run (from one second
-    after it starts to one second before it ends: pgbench opens its connections after the start and closes them at
-    the end, and a backend's CPU can only be read while it lives), and of this process plus its children (the
-    clients) over the whole run; in cores."""
-
-    def __init__(self, api_pid: int, dbname: str) -> None:
-        self.api_pid, self.dbname = api_pid, dbname
-
-    def _snapshot(self, admin: psycopg.Connection[tuple[object, ...]]) -> tuple[float, proc.Processes, dbload.Snapshot]:
-        return time.perf_counter(), proc.tree(self.api_pid, "api"), dbload.take(admin, self.dbname)
-
-    def measure(self, run: Callable[[], float], seconds: float) -> Sample:
-        own = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        snapshots: list[tuple[float, proc.Processes, dbload.Snapshot]] = []
-
-        def inner() -> None:
-            with infra.admin() as admin:
-                for at in (1.0, seconds - 1.0):
-                    time.sleep(max(0.0, started + at - time.perf_counter()))  # sampling instants, not a test wait
-                    snapshots.append(self._snapshot(admin))
-
-        started = time.perf_counter()
-        sampler = threading.Thread(target=inner, daemon=True)
-        sampler.start()
-        rate = run()
-        wall = time.perf_counter() - started
-        sampler.join()
-        after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        client = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, own, strict=True))
-        (t0, api0, db0), (t1, api1, db1) = snapshots
-        api_cores = proc.spent(api0, api1).get("api", 0.0) / (t1 - t0)
-        db_cores = dbload.delta(db0, db1, ())["backend_cpu_s_per_s"]
-        return Sample(rate, api_cores, db_cores, client / wall)
 
 
 def main() -> int:
@@ -187,13 +149,17 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     print(f"{'run':>4} {'kind':>7} {'reads/s':>9} {'api cores':>10} {'db cores':>9} {'client cores':>13} "
           f"{'api ms/read':>12} {'db ms/read':>11}")
     results: dict[str, list[Sample]] = {"api": [], "design": [], "bare": []}
-    meter = Meter(api.pid, dbname)
     for i in range(args.pairs):
-        runs = {"api": lambda: closedloop.load(port, reads, b"HTTP/1.1 200", args.clients, args.seconds),
-                "design": lambda: closedloop.pgbench_tps(url, design, connections, args.seconds),
-                "bare": lambda: closedloop.pgbench_tps(url, bare, connections, args.seconds)}
+        runs: dict[str, Callable[[], float]] = {
+            "api": lambda: closedloop.load(port, reads, b"HTTP/1.1 200", args.clients, args.seconds),
+            "design": lambda: closedloop.pgbench_tps(url, design, connections, args.seconds),
+            "bare": lambda: closedloop.pgbench_tps(url, bare, connections, args.seconds)}
         for kind, measured in runs.items():
-            s = meter.measure(measured, args.seconds)
+            # the api and the database over the run less its first and last second (pgbench's backends live
+            # inside it), the clients over the whole run
+            with CpuMeter(api.pid, dbname, window=(1.0, args.seconds - 1.0)) as cpu:
+                rate = measured()
+            s = Sample(rate, cpu.api, cpu.db, cpu.loadgen + cpu.children)
             results[kind].append(s)
             print(f"{i + 1:>4} {kind:>7} {s.rate:>9.0f} {s.api:>10.2f} {s.db:>9.2f} {s.client:>13.2f} "
                   f"{s.per_read_ms(s.api):>12.3f} {s.per_read_ms(s.db):>11.3f}", flush=True)

@@ -2,28 +2,30 @@
 
     .venv/bin/python -m bench.timeline_wal [--posts 2000] [--followers 150]
 
-Creates its own database (bench/lib/infra.py; dropped at the end) with 20,000 users, 1,000 authors of --followers
-followers each (spread over the users) and --posts posts, and a wal2json slot of its own. Then, after a CHECKPOINT,
-fans the posts out with the set-based statement (100 posts per statement, as the fan-out bench's ceiling does) in
-four quarters and prints the WAL bytes per timeline row of each: the records touching this database's relations
-(pg_walinspect: the heap row, three index entries, and the full-page images of pages first touched since the
-checkpoint), so other databases' writes on a shared server are not counted. Last, it reads the slot once with the
-relay's table filter (only the outbox), in a backend of its own, and prints that backend's CPU per timeline row
-skipped: what a walsender spends decoding, as logical decoding reads every WAL record of the server since the
-slot's start, whatever the filter keeps (other databases' writes meanwhile count too: run it on a quiet server).
+Creates its own database (bench/lib/infra.py `Resources`; dropped with its slot at the end, also on Ctrl-C) with
+20,000 users, 1,000 authors of --followers followers each (spread over the users) and --posts posts, and a wal2json
+slot of its own. Then, after a CHECKPOINT, fans the posts out with the set-based statement (100 posts per statement,
+as the fan-out bench's ceiling does) in four quarters and prints the WAL bytes per timeline row of each: the
+records touching this database's relations (pg_walinspect: the heap row, three index entries, and the full-page
+images of pages first touched since the checkpoint), so other databases' writes on a shared server are not counted.
+Last, it reads the slot once with the relay's table filter (only the outbox), in a backend of its own, and prints
+that backend's CPU per timeline row skipped: what a walsender spends decoding, as logical decoding reads every WAL
+record of the server since the slot's start, whatever the filter keeps (other databases' writes meanwhile count too:
+run it on a quiet server).
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 
 from bench import fanout_throughput as ft
 from bench.lib import entry, infra, proc
-from services.core.migrate import apply_schema
 
 SEED = """
 INSERT INTO users (handle, token_hash) SELECT 'u' || g, sha256(('t' || g)::bytea) FROM generate_series(1, 20000) g;
@@ -46,15 +48,11 @@ def main() -> int:
     parser.add_argument("--posts", type=int, default=2000)
     parser.add_argument("--followers", type=int, default=150, help="followers per author (at most 20,000)")
     args = parser.parse_args()
-    name, slot = f"walfeed_bench_wal_{uuid.uuid4().hex[:6]}", f"wfbench_wal_{uuid.uuid4().hex[:6]}"
-    with infra.admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = infra.db_url(name)
-        apply_schema(url)
+    with infra.Resources(uuid.uuid4().hex[:6], Path(tempfile.gettempdir())) as res:  # starts no process to log
+        url = res.database("wal")
         with psycopg.connect(url, autocommit=True) as conn:
             psycopg.ClientCursor(conn).execute(SEED, {"posts": args.posts, "followers": args.followers})
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (slot,))
+            slot = res.slot(url, "wal")  # after the seed, as decoding reads the WAL from the slot's start
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
             rel = f"%/{conn.execute('SELECT oid FROM pg_database WHERE datname = current_database()').fetchone()[0]}/%"  # type: ignore[index]
             conn.execute("CHECKPOINT")
@@ -77,9 +75,6 @@ def main() -> int:
             spent, wall = (proc.cpu_seconds(pid) or 0.0) - cpu, time.perf_counter() - started
             print(f"decoding it (wal2json, outbox only): {kept} messages kept, {wall:.2f} s, {spent:.2f} s of CPU = "
                   f"{spent / total_rows * 1e6:.2f} µs per timeline row skipped")
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    finally:
-        infra.drop_database(name)
     return 0
 
 
