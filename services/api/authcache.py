@@ -10,47 +10,33 @@ lookup, and every forget or reset starts a new generation. Bounded in size: when
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
+
+from services.api.ttlmap import TtlMap
 
 MAX_ENTRIES: Final = 10_000  # about 1 MB, far above one process's callers per TTL
 
 
 class TokenCache:
     def __init__(self, ttl: float, max_entries: int = MAX_ENTRIES, clock: Callable[[], float] = time.monotonic):
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._clock = clock
-        self._entries: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
+        self._entries: TtlMap[bytes, int] = TtlMap(ttl, max_entries, clock)  # sha256(token) -> user id
         self.generation = 0
         self.live = False  # the listener is connected, so token changes reach forget_user
 
     def get(self, token_hash: bytes) -> int | None:
         """The user id of a token verified less than `ttl` seconds ago, else None."""
-        entry = self._entries.get(token_hash)
-        if entry is None:
-            return None
-        user, expires = entry
-        if self._clock() >= expires:
-            del self._entries[token_hash]
-            return None
-        return user
+        return self._entries.get(token_hash)
 
     def put(self, token_hash: bytes, user: int, generation: int) -> None:
         """Remember a token the database confirmed after `generation` was read; unless something changed since."""
-        if self.ttl <= 0 or not self.live or generation != self.generation:
-            return
-        self._entries[token_hash] = (user, self._clock() + self.ttl)
-        self._entries.move_to_end(token_hash)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        if self.live and generation == self.generation:
+            self._entries.put(token_hash, user)
 
     def forget_user(self, user: int) -> None:
         """The user's token changed: drop every entry of theirs (rare; a scan of at most max_entries)."""
         self.generation += 1
-        for token_hash in [h for h, (owner, _) in self._entries.items() if owner == user]:
-            del self._entries[token_hash]
+        self._entries.discard_values(lambda owner: owner == user)
 
     def listening(self, live: bool) -> None:
         """The listener (re)connected or lost its connection: either way, forget everything."""

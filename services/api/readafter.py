@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Final
+
+from services.api.ttlmap import TtlMap
 
 HEADER: Final = "WalFeed-Read-After"
 MAX_ENTRIES: Final = 10_000  # users remembered per process: far above one process's writers per memory window
@@ -52,28 +53,14 @@ class WriteMemory:
     here wait for it even when the client does not send the token back. Bounded: the oldest writers go first."""
 
     def __init__(self, ttl: float, max_entries: int = MAX_ENTRIES, clock: Callable[[], float] = time.monotonic):
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._clock = clock
-        self._entries: OrderedDict[int, tuple[int, float]] = OrderedDict()
+        self._entries: TtlMap[int, int] = TtlMap(ttl, max_entries, clock)  # user id -> WAL position
 
     def remember(self, user: int, lsn: int) -> None:
-        if self.ttl <= 0:
-            return
-        previous = self._entries.pop(user, None)
-        self._entries[user] = (max(lsn, previous[0] if previous else 0), self._clock() + self.ttl)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        """`user` wrote at `lsn`: remember the later of it and what is remembered, as the newest writer."""
+        self._entries.put(user, max(lsn, self._entries.get(user) or 0))
 
     def get(self, user: int) -> int | None:
-        entry = self._entries.get(user)
-        if entry is None:
-            return None
-        lsn, expires = entry
-        if self._clock() >= expires:
-            del self._entries[user]
-            return None
-        return lsn
+        return self._entries.get(user)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -70,25 +70,27 @@ class Replica:
         self.memory.remember(user, lsn)
         return lsn
 
-    async def run(self, after: int | None, work: Work[T], primary: Callable[[str], Awaitable[T]]) -> T:
-        """`work` on a replica connection that has replayed `after`, else `primary(reason)` (which runs it there)."""
-        if time.monotonic() < self.down_until:
-            return await primary("replica-down")
-        try:
-            async with self.pool.connection(timeout=ACQUIRE_TIMEOUT) as conn:
-                reason = "no-token" if after is None else await self._caught_up(conn, after)
-                if reason in ("no-token", "replayed", "waited"):
-                    result = await work(conn)
-                    self.reads.labels("replica", reason).inc()
-                    return result
-        except psycopg.errors.QueryCanceled:
-            raise  # the statement timeout: the same 503 as on the primary (deps.database_errors)
-        except psycopg.errors.SerializationFailure:
-            reason = "recovery-conflict"  # replay removed rows this read needed: the primary has them
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            self.mark_down(exc)
-            reason = "replica-error"
-        return await primary(reason)
+    async def run(self, after: int | None, work: Work[T], primary: Callable[[], Awaitable[T]]) -> T:
+        """`work` on a replica connection that has replayed `after`, else `primary()` (which runs it there); either
+        way counted in walfeed_api_replica_reads_total by the server that answered and why."""
+        reason = "replica-down"
+        if time.monotonic() >= self.down_until:
+            try:
+                async with self.pool.connection(timeout=ACQUIRE_TIMEOUT) as conn:
+                    reason = "no-token" if after is None else await self._caught_up(conn, after)
+                    if reason in ("no-token", "replayed", "waited"):
+                        result = await work(conn)
+                        self.reads.labels("replica", reason).inc()
+                        return result
+            except psycopg.errors.QueryCanceled:
+                raise  # the statement timeout: the same 503 as on the primary (deps.database_errors)
+            except psycopg.errors.SerializationFailure:
+                reason = "recovery-conflict"  # replay removed rows this read needed: the primary has them
+            except (PoolTimeout, psycopg.OperationalError) as exc:
+                self.mark_down(exc)
+                reason = "replica-error"
+        self.reads.labels("primary", reason).inc()
+        return await primary()
 
     async def _caught_up(self, conn: Conn, after: int) -> str:
         """replayed | waited | lagging (not within the bound) | busy (too many reads waiting already)."""
