@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -31,6 +32,10 @@ EVENT_TYPES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
 FANOUT_TYPES: Final = frozenset({POST_CREATED, POST_DELETED, FOLLOW_CREATED, FOLLOW_DELETED})
 
 CONTENT_TYPE: Final = "application/json"
+# A message holding several events of one type (docs/events.md "Groups", docs/adr/0095): its body a JSON array of
+# their bodies, each as `encode` writes it; the events' trace contexts in TRACEPARENTS_HEADER, in the same order.
+GROUP_CONTENT_TYPE: Final = "application/vnd.walfeed.events+json"
+TRACEPARENTS_HEADER: Final = "x-walfeed-traceparents"
 
 
 class MalformedEvent(ValueError):
@@ -117,3 +122,20 @@ def decode(body: bytes) -> Event:
     if occurred_at.tzinfo is None:
         raise MalformedEvent("occurred_at must carry a time zone")
     return Event(event_id, type, aggregate_type, aggregate_id, occurred_at, payload)
+
+
+def encode_group(bodies: Sequence[bytes]) -> bytes:
+    """The body of a message holding several events: a JSON array of their bodies (each as `encode` writes it)."""
+    return b"[" + b",".join(bodies) + b"]"
+
+
+def split_group(body: bytes) -> list[bytes]:
+    """The bodies of a group's events, each as a message of its own would carry it (any JSON value: each is decoded
+    and judged on its own). Raises MalformedEvent when the body is not a non-empty JSON array."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedEvent(f"group body is not JSON: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise MalformedEvent("a group's body must be a non-empty JSON array")
+    return [orjson.dumps(item) for item in data]
