@@ -4,16 +4,21 @@ declaration and settling a delivery (retry copy, dead letter, ack)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Final
 
+import orjson
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
+from services.core import events
 from services.core import queues as queue_args
 from services.core.amqp import EVENTS_EXCHANGE
 from services.core.settle_channel import Publishes
 from services.core.topology import ConsumerQueues
+from services.core.tracecontext import HEADER as TRACEPARENT
 from services.worker import policy
+from services.worker.processing import Message
 
 # Dead letters kept before the dead queue refuses more (reject-publish: the worker's confirm is a nack, and it parks
 # the message in the retry queue instead of losing it). Far above what an operator should let pile up: the alert
@@ -51,6 +56,37 @@ def _copy_properties(props: pika.BasicProperties, headers: dict[str, object],
         message_id=props.message_id, type=props.type, content_type=props.content_type,
         timestamp=props.timestamp, delivery_mode=pika.DeliveryMode.Persistent, headers=headers,
         expiration=expiration)
+
+
+def split(body: bytes, headers: Mapping[str, object] | None) -> list[Message]:
+    """The events of a group (docs/events.md "Groups"), each as the message it would be on its own: its body, and
+    the group's headers with its own `traceparent` instead of the group's list. Raises MalformedEvent."""
+    bodies = events.split_group(body)
+    shared = {k: v for k, v in (headers or {}).items() if k != events.TRACEPARENTS_HEADER}
+    contexts = (headers or {}).get(events.TRACEPARENTS_HEADER)
+    if not isinstance(contexts, list) or len(contexts) != len(bodies):
+        contexts = [None] * len(bodies)  # none, or not one per event: the events go on without their contexts
+    return [Message(b, {**shared, TRACEPARENT: c} if isinstance(c, str) and c else shared or None)
+            for b, c in zip(bodies, contexts, strict=True)]
+
+
+def part_properties(group: pika.BasicProperties, message: Message) -> pika.BasicProperties:
+    """The properties of a group's event as a message of its own (docs/events.md): its id, read from its body (the
+    group's message id if it has none), the group's type and timestamp, and its own headers."""
+    try:
+        found = orjson.loads(message.body).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        found = None
+    return pika.BasicProperties(
+        message_id=found if isinstance(found, str) else group.message_id, type=group.type,
+        content_type=events.CONTENT_TYPE, timestamp=group.timestamp, delivery_mode=pika.DeliveryMode.Persistent,
+        headers=dict(message.headers) if message.headers else None)
+
+
+def publish_alone(publisher: Publishes, queues: ConsumerQueues, body: bytes, props: pika.BasicProperties) -> None:
+    """Put one event of a group back into the work queue as a message of its own (a large post, fanned out in
+    chunks apart from any batch), on a confirming channel; raises if the broker did not take it."""
+    publisher.basic_publish(queues.settle_exchange, queues.queue, body, props, mandatory=True)
 
 
 def park(publisher: Publishes, queues: ConsumerQueues, dead: policy.Dead, delay_ms: int, body: bytes,

@@ -6,7 +6,10 @@ the database work runs in other threads and every channel operation (publish, ac
 connection thread with `add_callback_threadsafe` (pika's basic_consumer_threaded example).
 
 Batching takes what is there: deliveries wait in `ready` only while every batch thread is busy, and a free thread
-takes all of them (up to the batch size) at once. No timer waits for a batch to fill (docs/adr/0024).
+takes all of them (up to the batch size, in events) at once. No timer waits for a batch to fill (docs/adr/0024).
+
+A delivery may hold several events of one type (a group, docs/adr/0095): each event is a `Part`, applied, retried
+and dead-lettered as if it were a message of its own; the delivery is acked once all its parts are settled.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic
 
 from services.core import acks, queues, sdnotify, tracecontext, tracing
-from services.core.events import Event
+from services.core.events import GROUP_CONTENT_TYPE, Event, MalformedEvent
 from services.core.settle_channel import SettleChannel
 from services.core.topology import ConsumerQueues
 from services.worker import broker, metrics, policy
@@ -47,24 +50,45 @@ class Work(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    tag: int
-    props: pika.BasicProperties
-    body: bytes
+class Part:
+    """One event of a delivery: the message it would be on its own (`message`), and the delivery's properties."""
+
+    message: Message
+    delivery_props: pika.BasicProperties
+    alone: bool  # the delivery is this event (not a group)
 
     @property
-    def message(self) -> Message:
-        return Message(self.body, self.props.headers)
+    def props(self) -> pika.BasicProperties:
+        """Its properties as a message of its own: for its retry copy or dead letter, and its process span."""
+        return self.delivery_props if self.alone else broker.part_properties(self.delivery_props, self.message)
 
     def received(self, result: Result) -> tracing.Received:
-        """What the process span says of this message (its creation context is in its headers)."""
-        return tracing.Received(self.props.headers, self.props.message_id, self.props.type,
+        """What the process span says of this event (its creation context is in its headers)."""
+        props = self.props
+        return tracing.Received(self.message.headers, props.message_id, props.type,
                                 type(result.outcome).__name__.lower())
 
 
 @dataclass(frozen=True, slots=True)
+class Delivery:
+    tag: int
+    props: pika.BasicProperties
+    parts: list[Part]
+
+    @classmethod
+    def of(cls, tag: int, props: pika.BasicProperties, body: bytes) -> Delivery:
+        if props.content_type != GROUP_CONTENT_TYPE:
+            return cls(tag, props, [Part(Message(body, props.headers), props, alone=True)])
+        try:
+            messages = broker.split(body, props.headers)
+        except MalformedEvent as exc:  # dead-lettered as it came, with the reason
+            return cls(tag, props, [Part(Message(body, props.headers, refused=str(exc)), props, alone=True)])
+        return cls(tag, props, [Part(m, props, alone=False) for m in messages])
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
-    batch_size: int  # most messages applied in one transaction
+    batch_size: int  # most events applied in one transaction (a delivery's events are never split)
     batches: int  # batch threads
     prefetch: int  # unacked messages the broker hands this process
     park_ms: int = 60_000  # a refused dead letter's wait in the retry queue
@@ -116,13 +140,18 @@ class Session:
     def _on_message(self, publisher: SettleChannel, channel: BlockingChannel, method: Basic.Deliver,
                     props: pika.BasicProperties, body: bytes) -> None:
         self._unsettled[method.delivery_tag] = None
-        self._ready.append(Delivery(method.delivery_tag, props, body))
+        self._ready.append(Delivery.of(method.delivery_tag, props, body))
         self._dispatch(channel, publisher)
 
     def _dispatch(self, channel: BlockingChannel, publisher: SettleChannel) -> None:
-        """Hand what is ready to the free batch threads, at most a batch each."""
-        while self._ready and self._running_batches < self._limits.batches and not self._stopping.is_set():
-            batch = [self._ready.popleft() for _ in range(min(len(self._ready), self._limits.batch_size))]
+        """Hand what is ready to the free batch threads, at most a batch of events each (a delivery at least)."""
+        ready, size = self._ready, self._limits.batch_size
+        while ready and self._running_batches < self._limits.batches and not self._stopping.is_set():
+            batch = [ready.popleft()]
+            events = len(batch[0].parts)
+            while ready and events + len(ready[0].parts) <= size:
+                events += len(ready[0].parts)
+                batch.append(ready.popleft())
             self._running_batches += 1
             self._start(self._batches.submit(self._process_batch, channel, publisher, batch), batch)
 
@@ -132,13 +161,14 @@ class Session:
     def _process_batch(self, channel: BlockingChannel, publisher: SettleChannel, batch: list[Delivery]) -> None:
         """Batch thread: the database work, then the settlement handed to the connection thread."""
         started = time.monotonic()
+        parts = [p for d in batch for p in d.parts]
         try:
-            results = self._processor.batch([d.message for d in batch])
+            results = self._processor.batch([p.message for p in parts])
         except Exception:  # a bug of ours: give the messages back
             log.exception("batch processing failed, returning its messages", extra={"messages": len(batch)})
-            results = [_returned(d) for d in batch]
+            results = [_returned(p) for p in parts]
         if self._traces.enabled:
-            received = [d.received(r) for d, r in zip(batch, results, strict=True)]
+            received = [p.received(r) for p, r in zip(parts, results, strict=True)]
             self._traces.processed(self._queues.queue, received, started, time.monotonic())
         self._hand_back(functools.partial(self._settle_batch, channel, publisher, batch, results))
 
@@ -146,15 +176,16 @@ class Session:
                        result: Result) -> None:
         """Large fan-out thread: one post's audience in chunks, then its settlement."""
         assert result.event is not None
+        part = held[0].parts[0]
         started = time.monotonic()
         try:
-            done = self._processor.large(held[0].message, result.event)
+            done = self._processor.large(part.message, result.event)
         except Exception:  # as in _process_batch
             log.exception("large fan-out failed, returning its message",
-                          extra={"event_id": result.event_id, "trace_id": tracecontext.trace_id(held[0].props.headers)})
-            done = _returned(held[0])
+                          extra={"event_id": result.event_id, "trace_id": tracecontext.trace_id(part.message.headers)})
+            done = _returned(part)
         if self._traces.enabled:
-            self._traces.processed(self._queues.queue, [held[0].received(done)], started, time.monotonic())
+            self._traces.processed(self._queues.queue, [part.received(done)], started, time.monotonic())
         self._hand_back(functools.partial(self._settle, channel, publisher, held, [done]))
 
     def _hand_back(self, settle: functools.partial[None]) -> None:
@@ -173,43 +204,68 @@ class Session:
     def _settle(self, channel: BlockingChannel, publisher: SettleChannel, deliveries: Sequence[Delivery],
                 results: Sequence[Result]) -> None:
         """Connection thread: publish retry copies and dead letters (confirmed), then ack the rest together;
-        messages with a large audience go on to the large fan-out threads."""
+        messages with a large audience go on to the large fan-out threads. `results`: one per part, in order."""
         del self._tasks[deliveries[0].tag]
         acked: set[int] = set()
         settled: list[Result] = []
-        for delivery, result in zip(deliveries, results, strict=True):
-            outcome = result.outcome
-            if isinstance(outcome, policy.Large) and not self._stopping.is_set():
+        at = 0
+        for delivery in deliveries:
+            mine, at = results[at:at + len(delivery.parts)], at + len(delivery.parts)
+            if len(mine) == 1 and isinstance(mine[0].outcome, policy.Large) and not self._stopping.is_set():
                 held = [delivery]
-                self._start(self._large.submit(self._process_large, channel, publisher, held, result), held)
+                self._start(self._large.submit(self._process_large, channel, publisher, held, mine[0]), held)
                 continue
-            if isinstance(outcome, policy.Requeue | policy.Large) or not self._publish_outcome(
-                    publisher, delivery, result):
+            if not self._settle_parts(publisher, delivery, mine):
                 channel.basic_nack(delivery.tag, requeue=True)
                 del self._unsettled[delivery.tag]
                 continue
             acked.add(delivery.tag)
-            settled.append(result)
+            settled.extend(mine)
         metrics.observe(settled)
         for tag, multiple in acks.frames(self._unsettled, acked):
             channel.basic_ack(tag, multiple=multiple)
         for tag in acked:
             del self._unsettled[tag]
 
-    def _publish_outcome(self, publisher: SettleChannel, delivery: Delivery, result: Result) -> bool:
+    def _settle_parts(self, publisher: SettleChannel, delivery: Delivery, results: Sequence[Result]) -> bool:
+        """Whether the delivery may be acked: every part's retry copy or dead letter was taken by the broker, and
+        the large post of a group went back to the work queue alone (to be fanned out as a message of its own).
+        False: return it to the queue whole (its parts applied meanwhile are applied again, idempotently)."""
+        large = any(isinstance(r.outcome, policy.Large) for r in results)
+        if any(isinstance(r.outcome, policy.Requeue) for r in results) or (large and self._stopping.is_set()):
+            return False
+        if large:  # in a group: a delivery of one large post went to the large fan-out threads (`_settle`)
+            for part, result in zip(delivery.parts, results, strict=True):
+                if isinstance(result.outcome, policy.Large) and not self._publish_alone(publisher, part, result):
+                    return False
+        return all(self._publish_outcome(publisher, part, result)
+                   for part, result in zip(delivery.parts, results, strict=True))
+
+    def _publish_alone(self, publisher: SettleChannel, part: Part, result: Result) -> bool:
+        try:
+            broker.publish_alone(publisher, self._queues, part.message.body, part.props)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as exc:
+            log.error("large post of a group not taken back alone, requeueing the group", extra={
+                "event_id": result.event_id, "trace_id": tracecontext.trace_id(part.message.headers),
+                "error": repr(exc)})
+            return False
+        return True
+
+    def _publish_outcome(self, publisher: SettleChannel, part: Part, result: Result) -> bool:
         """Publish the retry copy or dead letter; False if the broker refused it (the original is requeued)."""
         outcome = result.outcome
         if not isinstance(outcome, policy.Retry | policy.Dead):
             return True
-        context = {"event_id": result.event_id or delivery.props.message_id, "type": result.event_type,
-                   "trace_id": tracecontext.trace_id(delivery.props.headers)}
+        props = part.props
+        context = {"event_id": result.event_id or props.message_id, "type": result.event_type,
+                   "trace_id": tracecontext.trace_id(part.message.headers)}
         try:
-            broker.publish_outcome(publisher, self._queues, outcome, delivery.body, delivery.props)
+            broker.publish_outcome(publisher, self._queues, outcome, part.message.body, props)
         except pika.exceptions.NackError as exc:
             if not isinstance(outcome, policy.Dead):
                 log.error("retry publish refused, requeueing", extra={**context, "error": repr(exc)})
                 return False
-            return self._park(publisher, delivery, outcome, context)
+            return self._park(publisher, part, outcome, context)
         except pika.exceptions.UnroutableError as exc:
             log.error("retry/dead publish unroutable, requeueing", extra={**context, "error": repr(exc)})
             return False
@@ -220,15 +276,14 @@ class Session:
             log.error("dead-lettered", extra={**context, "reason": outcome.reason, "attempts": outcome.attempts})
         return True
 
-    def _park(self, publisher: SettleChannel, delivery: Delivery, dead: policy.Dead,
-              context: dict[str, object]) -> bool:
+    def _park(self, publisher: SettleChannel, part: Part, dead: policy.Dead, context: dict[str, object]) -> bool:
         """The dead queue refused the letter (full, reject-publish): keep the message in the retry queue for a while
         instead of dropping it or spinning on it."""
         log.error("dead queue full, message parked in the retry queue",
                   extra={**context, "reason": dead.reason, "delay_ms": self._limits.park_ms})
         metrics.DEAD_QUEUE_FULL.inc()
         try:
-            broker.park(publisher, self._queues, dead, self._limits.park_ms, delivery.body, delivery.props)
+            broker.park(publisher, self._queues, dead, self._limits.park_ms, part.message.body, part.props)
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
             log.error("parking refused, requeueing", extra={**context, "error": repr(exc)})
             return False
@@ -254,5 +309,5 @@ class Session:
         self._ready.clear()
 
 
-def _returned(delivery: Delivery) -> Result:
-    return Result(policy.REQUEUE, "unknown", delivery.props.message_id, "returned", 0.0)
+def _returned(part: Part) -> Result:
+    return Result(policy.REQUEUE, "unknown", part.props.message_id, "returned", 0.0)

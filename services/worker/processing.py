@@ -26,6 +26,7 @@ FanOutLarge = Callable[[Event], str]
 class Message:
     body: bytes
     headers: Mapping[str, object] | None
+    refused: str | None = None  # why it cannot be read at all (a malformed group): dead-lettered with this reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,8 @@ class Processor:
         """One result per message, in order. The decodable ones are applied together in one transaction."""
         started = time.monotonic()
         attempts = [policy.attempt_of(m.headers) for m in messages]
-        parsed = [policy.classify(m.body, attempt) for m, attempt in zip(messages, attempts, strict=True)]
+        parsed = [policy.classify(m.body, attempt) if m.refused is None else policy.Dead(
+            f"malformed: {m.refused}", attempt) for m, attempt in zip(messages, attempts, strict=True)]
         events = [p for p in parsed if isinstance(p, Event)]
         done = self._apply_isolating(events)
         seconds = (time.monotonic() - started) / max(1, len(messages))

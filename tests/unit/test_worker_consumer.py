@@ -73,6 +73,13 @@ class Worker:
                                      delivery_mode=2)
         assert self.broker.publish(TOPOLOGY.events_exchange, routing_key, body, props)
 
+    def publish_group(self, *events: ev.Event) -> None:
+        """One message holding `events` (docs/events.md "Groups"; all of one type)."""
+        props = pika.BasicProperties(message_id=str(events[0].id), type=events[0].type,
+                                     content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2)
+        body = ev.encode_group([ev.encode(e) for e in events])
+        assert self.broker.publish(TOPOLOGY.events_exchange, events[0].type, body, props)
+
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         self.stopping.clear()
         steps = deque([*then, self.stopping.set])
@@ -238,3 +245,59 @@ def test_declaring_over_a_queue_with_other_arguments_fails_as_rabbitmq_does() ->
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failure:
         session.run()
     assert failure.value.reply_code == 406
+
+
+def test_a_groups_events_count_towards_the_batch_size_and_a_group_is_never_split() -> None:
+    w = Worker(batch_size=5, batches=1)
+    events = [post(i) for i in range(1, 14)]
+    w.publish(events[0])
+    w.publish_group(*events[1:5])  # 4 events
+    w.publish_group(*events[5:12])  # 7 events: more than a batch, taken whole
+    w.publish(events[12])
+    channel = w.run()
+    assert w.processor.sizes == [1, 4, 7, 1]
+    assert channel.acks == [(1, True), (2, True), (3, True), (4, True)] and channel.nacks == []
+    assert [i for commit in w.effects.commits for i in commit] == [e.id for e in events]
+
+
+def test_a_failing_event_of_a_group_retries_alone_and_the_group_is_acked() -> None:
+    w = Worker(batches=1, max_attempts=3)
+    good, bad, other = post(1), post(2), post(3)
+    w.effects.failing[bad.id] = None
+    w.publish_group(good, bad, other)
+    channel = w.run()
+    assert channel.acks == [(1, True)] and channel.nacks == []
+    assert w.effects.commits == [[good.id], [other.id]]  # the group's batch failed, then one event at a time
+    retry, = w.broker.queues[TOPOLOGY.retry_queue].messages
+    assert retry.body == ev.encode(bad)  # the event alone, as a message of its own
+    assert (retry.props.message_id, retry.props.content_type) == (str(bad.id), ev.CONTENT_TYPE)
+    assert retry.props.headers[policy.ATTEMPT_HEADER] == 2
+    while w.broker.expire(TOPOLOGY.retry_queue):
+        w.run()
+    letter, = w.broker.queues[TOPOLOGY.dead_queue].messages
+    assert letter.body == ev.encode(bad) and letter.props.headers[policy.ATTEMPTS_HEADER] == 3
+    assert w.effects.commits == [[good.id], [other.id]]  # the good events were not applied again
+
+
+def test_a_large_post_of_a_group_goes_back_to_the_queue_alone_and_is_fanned_out_on_its_own_thread() -> None:
+    w = Worker(batches=1)
+    small, large, other = post(1), post(2), post(3)
+    w.effects.large_posts = {2}
+    w.publish_group(small, large, other)
+    channel = w.run()
+    assert w.processor.sizes == [3, 1]  # the group, then the large post alone
+    assert w.effects.fanned_out == [large.id]
+    assert channel.acks == [(1, True), (2, True)] and channel.nacks == []
+    assert w.queued(TOPOLOGY.fanout_queue) == [] and w.queued(TOPOLOGY.retry_queue) == []
+
+
+def test_a_group_with_a_large_post_found_while_stopping_is_returned_whole() -> None:
+    w = Worker(batches=1)
+    w.effects.large_posts = {2}
+    w.processor.during_batch = w.stopping.set
+    group = (post(1), post(2))
+    w.publish_group(*group)
+    channel = w.run()
+    assert channel.acks == [] and channel.nacks == [(1, True)]
+    assert w.queued(TOPOLOGY.fanout_queue) == [ev.encode_group([ev.encode(e) for e in group])]
+    assert w.effects.fanned_out == []

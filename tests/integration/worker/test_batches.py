@@ -49,6 +49,17 @@ def poison() -> ev.Event:
     return ev.Event.new(ev.POST_CREATED, 1, {"post_id": 1, "author_id": 2**63})
 
 
+def poison_and_forgeries(db: Conn, events: list[ev.Event], live_post: int) -> list[ev.Event]:
+    """The poison, a post.deleted for a live post that no transaction wrote, and a real event's id (mixed_events'
+    live post) with another type."""
+    live_author = db.execute("SELECT author_id FROM posts WHERE id = %s", (live_post,)).fetchone()[0]  # type: ignore[index]
+    forged_delete = ev.Event.new(ev.POST_DELETED, live_post, {"post_id": live_post, "author_id": live_author})
+    real = events[4]
+    mismatched = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
+                          real.payload)
+    return [poison(), forged_delete, mismatched]
+
+
 def test_one_batch_of_mixed_events_and_a_poison_converges_and_fails_the_poison_alone(
         db: Conn, database_url: str) -> None:
     events, _ = mixed_events(db)
@@ -82,39 +93,6 @@ def test_a_forgery_reusing_a_real_events_id_in_the_same_batch_fails_alone(db: Co
         pool.close()
     assert done[real] == "pushed" and str(done[forged]).startswith("not in outbox")
     assert world.merged(db, fan) == [real.payload["post_id"]]
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("batch_size", ["3", "500"])
-def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_dead(
-        batch_size: str, db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
-    events, live_post = mixed_events(db)
-    live_author = db.execute("SELECT author_id FROM posts WHERE id = %s", (live_post,)).fetchone()[0]  # type: ignore[index]
-    # Forged: a post.deleted for a live post that no transaction wrote, and a real event id with another payload.
-    forged_delete = ev.Event.new(ev.POST_DELETED, live_post, {"post_id": live_post, "author_id": live_author})
-    real = events[4]
-    mismatched = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
-                          real.payload)
-    bad = [poison(), forged_delete, mismatched]
-    rng = random.Random(int(batch_size))
-    world.publish(channel, topology, [*world.twice_shuffled(events, rng), *bad])
-    processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_BATCH_SIZE": batch_size})
-    letters: list[tuple[pika.BasicProperties, bytes]] = []
-
-    def three_dead() -> bool:
-        letters.extend(dead_letters(channel, topology))
-        return len(letters) >= 3
-
-    eventually(three_dead, timeout=60, what="poison and forgeries dead-lettered")
-    by_body = {body: str(p.headers[policy.REASON_HEADER]) for p, body in letters}
-    assert by_body[ev.encode(forged_delete)].startswith("attempts exhausted: NotVisibleYet: not in outbox")
-    assert by_body[ev.encode(mismatched)].startswith("not in outbox: post.deleted")
-    poisoned = [reason for body, reason in by_body.items() if b'"author_id":9223372036854775808' in body]
-    assert len(poisoned) == 1 and poisoned[0].startswith("attempts exhausted: NumericValueOutOfRange"), by_body
-    _settle_and_stop(processes, channel, topology)
-    assert world.problems(db) == []
-    assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (live_post,)).fetchone()[0] == 2  # type: ignore[index]
-    assert dead_letters(channel, topology) == []
 
 
 @pytest.mark.e2e
@@ -171,3 +149,77 @@ def test_a_post_another_transaction_decides_meanwhile_keeps_that_decision_and_ge
     assert done == {created: "pulled"}
     assert db.execute("SELECT fanned_out FROM posts WHERE id = %s", (post_id,)).fetchone() == (False,)
     assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (post_id,)).fetchone() == (0,)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("batch_size", "group"), [("3", 1), ("500", 1), ("3", 4), ("500", 4)])
+def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_dead(
+        batch_size: str, group: int, db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
+    """Every event twice, shuffled, with a poison and two forgeries, one event a message or in groups of up to 4
+    events of one type (docs/adr/0095): each event is judged on its own, and a dead letter is that event alone, as a
+    message of its own would carry it, with its own trace context."""
+    events, live_post = mixed_events(db)
+    bad = poison_and_forgeries(db, events, live_post)
+    rng = random.Random(int(batch_size) + group)
+    traced = {e.id: f"00-{e.id.hex}-{'1' * 16}-01" for e in bad}
+    world.publish_groups(channel, topology, [*world.twice_shuffled(events, rng), *bad], group, rng,
+                         lambda e: traced.get(e.id, ""))
+    processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_BATCH_SIZE": batch_size})
+    letters: list[tuple[pika.BasicProperties, bytes]] = []
+
+    def three_dead() -> bool:
+        letters.extend(dead_letters(channel, topology))
+        return len(letters) >= 3
+
+    eventually(three_dead, timeout=60, what="poison and forgeries dead-lettered")
+    by_body = {body: p for p, body in letters}
+    assert set(by_body) == {ev.encode(e) for e in bad}
+    for event in bad:
+        props = by_body[ev.encode(event)]
+        assert (props.message_id, props.type, props.content_type) == (str(event.id), event.type, ev.CONTENT_TYPE)
+        assert props.headers["traceparent"] == traced[event.id]
+        assert ev.TRACEPARENTS_HEADER not in props.headers
+    poisoned, forged_delete, mismatched = (str(by_body[ev.encode(e)].headers[policy.REASON_HEADER]) for e in bad)
+    assert poisoned.startswith("attempts exhausted: NumericValueOutOfRange")
+    assert forged_delete.startswith("attempts exhausted: NotVisibleYet: not in outbox")
+    assert mismatched.startswith("not in outbox: post.deleted")
+    _settle_and_stop(processes, channel, topology)
+    assert world.problems(db) == []
+    assert db.execute("SELECT count(*) FROM timelines WHERE post_id = %s", (live_post,)).fetchone()[0] == 2  # type: ignore[index]
+    assert dead_letters(channel, topology) == []
+
+
+@pytest.mark.e2e
+def test_a_large_post_in_a_group_is_fanned_out_alone_and_its_neighbours_in_the_batch(
+        db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
+    author, small, *fans = world.add_users(db, 1_502)
+    world.followers_in_bulk(db, author, fans)  # 1,500 followers: more than a batch fans out itself
+    world.follow(db, fans[0], small)
+    posts = [world.post(db, small), world.post(db, author), world.post(db, small)]
+    world.publish_groups(channel, topology, posts, 3, random.Random(1))
+    processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_CELEBRITY_THRESHOLD": "100000"})
+    _settle_and_stop(processes, channel, topology)
+    counts = {p.payload["post_id"]: db.execute("SELECT count(*) FROM timelines WHERE post_id = %s",
+                                               (p.payload["post_id"],)).fetchone()[0] for p in posts}  # type: ignore[index]
+    assert counts == {posts[0].payload["post_id"]: 2, posts[1].payload["post_id"]: 1_501,
+                      posts[2].payload["post_id"]: 2}
+    assert world.problems(db) == []
+    assert dead_letters(channel, topology) == []
+
+
+@pytest.mark.e2e
+def test_a_malformed_group_is_dead_lettered_whole_with_the_reason(
+        channel: Channel, topology: Topology, processes: Processes) -> None:
+    channel.basic_publish(topology.events_exchange, "post.created", b'{"not": "an array"}', pika.BasicProperties(
+        message_id="g1", content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2))
+    processes.start("worker", "worker", env=WORKER_ENV)
+    letters: list[tuple[pika.BasicProperties, bytes]] = []
+
+    def dead() -> bool:
+        letters.extend(dead_letters(channel, topology))
+        return bool(letters)
+
+    eventually(dead, what="a dead letter")
+    [(props, body)] = letters
+    assert body == b'{"not": "an array"}' and props.content_type == ev.GROUP_CONTENT_TYPE
+    assert props.headers[policy.REASON_HEADER] == "malformed: a group's body must be a non-empty JSON array"

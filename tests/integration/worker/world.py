@@ -4,7 +4,7 @@ timeline definition of docs/guarantees.md to compare timelines against (with the
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pika
@@ -134,3 +134,29 @@ def problems(conn: Conn) -> list[str]:
         found.append(f"undecided posts {undecided}")
     conn.rollback()
     return found
+
+
+def publish_groups(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology,
+                   events: list[ev.Event], size: int, rng: random.Random,
+                   traceparent: Callable[[ev.Event], str] = lambda _e: "") -> None:
+    """`events` as groups (docs/events.md "Groups") of at most `size` events of one type, the groups in random
+    order (`size` 1: one message an event, in their order); with `traceparent`, each event's context."""
+    if size == 1:
+        for event in events:
+            context = traceparent(event)
+            channel.basic_publish(topology.events_exchange, event.type, ev.encode(event), pika.BasicProperties(
+                message_id=str(event.id), type=event.type, content_type=ev.CONTENT_TYPE, delivery_mode=2,
+                headers={"traceparent": context} if context else None))
+        return
+    by_type: dict[str, list[ev.Event]] = {}
+    for event in events:
+        by_type.setdefault(event.type, []).append(event)
+    groups = [same[i:i + size] for same in by_type.values() for i in range(0, len(same), size)]
+    rng.shuffle(groups)
+    for group in groups:
+        contexts = [traceparent(e) for e in group]
+        headers = {ev.TRACEPARENTS_HEADER: contexts} if any(contexts) else None
+        channel.basic_publish(topology.events_exchange, group[0].type, ev.encode_group([ev.encode(e) for e in group]),
+                              pika.BasicProperties(message_id=str(group[0].id), type=group[0].type,
+                                                   content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2,
+                                                   headers=headers))
