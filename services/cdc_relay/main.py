@@ -20,6 +20,7 @@ from services.cdc_relay.failover import Recovery, Republisher
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import Relay
 from services.cdc_relay.retention import RetentionThread
+from services.cdc_relay.sessions import Token
 from services.cdc_relay.stream import ReplicationStream
 from services.core import tracing
 from services.core.settings import Settings
@@ -88,8 +89,8 @@ def bootstrap(settings: Settings, relay: RelaySettings, traces: tracing.Tracing 
         recovery.prepare()
         return ReplicationStream.open(settings.database_url, settings.slot, relay.status_interval)
 
-    def make_publisher(on_confirmed: Callable[[list[int]], None],
-                       is_current: Callable[[int], bool]) -> Publisher[int]:
+    def make_publisher(on_confirmed: Callable[[list[Token]], None],
+                       is_current: Callable[[Token], bool]) -> Publisher[Token]:
         return Publisher(ioloop, settings.amqp_url, topology, on_confirmed, window=relay.window,
                          is_current=is_current, blocked_timeout=relay.blocked_timeout, traces=traces)
 

@@ -1,7 +1,8 @@
 """The AMQP message of an outbox event (docs/events.md): what the relay and the polling source publish.
 
 `Outgoing` carries an opaque token, handed back to the caller once the broker confirmed the message.
-`EventProperties` are its AMQP properties, as pika encodes them.
+`EventProperties` are its AMQP properties, as pika encodes them. The CDC source may merge several events of one type
+into a group's message (grouping.py, docs/adr/0095): `group_properties` are that message's.
 """
 
 from __future__ import annotations
@@ -11,10 +12,18 @@ from typing import Generic, NamedTuple, TypeVar
 
 import pika
 
-from services.core.events import CONTENT_TYPE, Event, encode, epoch_seconds
+from services.core.events import (
+    CONTENT_TYPE,
+    GROUP_CONTENT_TYPE,
+    TRACEPARENTS_HEADER,
+    Event,
+    encode,
+    epoch_seconds,
+)
 from services.core.tracecontext import HEADER as TRACEPARENT
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)  # an Outgoing[int] is an Outgoing[int | range]: it is immutable
+S = TypeVar("S")
 
 
 class Outgoing(NamedTuple, Generic[T]):
@@ -27,9 +36,17 @@ class Outgoing(NamedTuple, Generic[T]):
     type: str  # the event type, and so the routing key
     timestamp: int
     traceparent: str | None = None  # the event's creation context (its outbox row's), the `traceparent` header
+    # A group's message only: its events' creation contexts in order, "" for one without (the TRACEPARENTS_HEADER);
+    # None for a single event's message. A group's `traceparent` is its first event's: the parent of its send span.
+    traceparents: tuple[str, ...] | None = None
+
+    @property
+    def events(self) -> int:
+        """How many events the message carries."""
+        return 1 if self.traceparents is None else len(self.traceparents)
 
 
-def outgoing(event: Event, token: T, traceparent: str | None = None) -> Outgoing[T]:
+def outgoing(event: Event, token: S, traceparent: str | None = None) -> Outgoing[S]:
     return Outgoing(token=token, body=encode(event), message_id=str(event.id), type=event.type,
                     timestamp=epoch_seconds(event.occurred_at), traceparent=traceparent)
 
@@ -70,6 +87,17 @@ class EventProperties(pika.BasicProperties):  # type: ignore[misc]  # pika is un
         return [_TRACED, _U32.pack(len(_TRACE_KEY) + 4 + len(traceparent)), _TRACE_KEY, _U32.pack(len(traceparent)),
                 traceparent, _MODE, _LENGTH[len(message_id)], message_id, _U64.pack(self.timestamp),
                 _LENGTH[len(type)], type]
+
+
+def group_properties(message: Outgoing[object]) -> pika.BasicProperties:
+    """The properties of a group's message (docs/events.md "Groups"): its first event's id and time, the group
+    content type, and the events' trace contexts in one header when at least one of them has one. Encoded by pika
+    (one per group, not per event)."""
+    traceparents = message.traceparents
+    return pika.BasicProperties(
+        content_type=GROUP_CONTENT_TYPE, delivery_mode=pika.DeliveryMode.Persistent.value,
+        message_id=message.message_id, type=message.type, timestamp=message.timestamp,
+        headers={TRACEPARENTS_HEADER: list(traceparents)} if traceparents and any(traceparents) else None)
 
 
 # EventProperties.encode's constant parts, in the order and form of pika's BasicProperties.encode: the property

@@ -19,13 +19,17 @@ from services.core import slots
 
 log = logging.getLogger(__name__)
 
-PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker")
-UNROUTABLE = Counter("walfeed_relay_events_unroutable_total", "Publishes returned unroutable or nacked (retried)")
-# Every publish of an event beyond its first, by why: the broker nacked it (a publish routed to several queues is
+# With WALFEED_RELAY_GROUP_MAX above 1 a message may carry several events (grouping.py, docs/adr/0095): PUBLISHED and
+# IN_FLIGHT count events; UNROUTABLE, REPUBLISHED and CONFIRM_LATENCY count messages, a group once.
+PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker (each event of a group)")
+UNROUTABLE = Counter("walfeed_relay_events_unroutable_total",
+                     "Messages returned unroutable or nacked (retried); a group of events counts once")
+# Every publish of a message beyond its first, by why: the broker nacked it (a publish routed to several queues is
 # nacked when one of them refuses it, and the others keep their copy: docs/adr/0090), returned it unroutable, its
 # connection was lost before the broker confirmed it, or a new primary's outbox rows were not covered by the
-# checkpoint (failover.py, docs/adr/0091). The duplicates the relay makes are at most these.
-REPUBLISHED = Counter("walfeed_relay_events_republished_total", "Events published again, by reason", ["reason"])
+# checkpoint (failover.py, docs/adr/0091). The duplicates the relay makes are at most these messages' events.
+REPUBLISHED = Counter("walfeed_relay_events_republished_total",
+                      "Messages published again, by reason; a group of events counts once", ["reason"])
 for _reason in ("nacked", "returned", "reconnected", "failover"):
     REPUBLISHED.labels(_reason)
 
@@ -67,7 +71,7 @@ class BatchHistogram(Collector):
 
 
 CONFIRM_LATENCY = BatchHistogram(
-    "walfeed_relay_confirm_latency_seconds", "First publish to broker confirm",
+    "walfeed_relay_confirm_latency_seconds", "First publish to broker confirm, per message (a group once)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events read from the source, not confirmed by the broker yet")

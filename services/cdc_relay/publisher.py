@@ -29,7 +29,7 @@ import pika.spec
 from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
-from services.cdc_relay.messages import EventProperties, Outgoing
+from services.cdc_relay.messages import EventProperties, Outgoing, group_properties
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
 from services.core.nack_streak import NackStreak
@@ -48,7 +48,9 @@ class Publisher(Generic[T]):
                  window: int, is_current: Callable[[T], bool] = always_current, blocked_timeout: float = 60.0,
                  traces: tracing.Tracing = tracing.DISABLED) -> None:
         self._ioloop = ioloop
-        self._traces = traces  # a send span per confirmed message when tracing (docs/adr/0072)
+        # A send span per confirmed message when tracing (docs/adr/0072): one per group too, child of its first
+        # event's context (messages.Outgoing.traceparent); the group's other events' contexts travel in its header.
+        self._traces = traces
         self._exchange = topology.events_exchange
         self._nodes = amqp.node_parameters(amqp_url, name="walfeed-relay", blocked_connection_timeout=blocked_timeout)
         self._node = 0  # index in _nodes of the node connected, or tried next
@@ -201,8 +203,8 @@ class Publisher(Generic[T]):
         publish, exchange, properties = channel.basic_publish, self._exchange, EventProperties
         for message in self._state.to_publish(time.monotonic()):
             publish(exchange, message.type, message.body,
-                    properties(message.message_id, message.type, message.timestamp, message.traceparent),
-                    mandatory=True)
+                    properties(message.message_id, message.type, message.timestamp, message.traceparent)
+                    if message.traceparents is None else group_properties(message), mandatory=True)
 
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
                    _body: bytes) -> None:
@@ -225,7 +227,7 @@ class Publisher(Generic[T]):
             reopen = self._nacks.nacked(now)
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)
-            metrics.PUBLISHED.inc(len(settled.tokens))
+            metrics.PUBLISHED.inc(settled.events)
             if self._traces.enabled:
                 self._traces.sent(self._exchange, [tracing.Sent(m.traceparent, m.message_id, m.type, at)
                                                    for m, at in settled.confirmed], now)

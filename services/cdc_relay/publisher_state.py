@@ -44,12 +44,14 @@ Entry = tuple[Outgoing[T], float]  # a message and when it was first published
 @dataclass(slots=True)
 class Settled(Generic[T]):
     """What an ack or nack frame settled: the confirmed messages' tokens and first publish times, and the failed
-    messages, for `retry`; `confirmed`: the confirmed messages themselves (for their send spans)."""
+    messages, for `retry`; `confirmed`: the confirmed messages themselves (for their send spans); `events`: how many
+    events the confirmed messages carry (more than the messages when some are groups)."""
 
     tokens: list[T]
     first_sent: list[float]
     failed: list[Entry[T]]
     confirmed: list[Entry[T]]
+    events: int = 0
 
 
 def always_current(_token: object) -> bool:
@@ -188,7 +190,9 @@ class PublisherState(Generic[T]):
         if self._tries:
             for message, _ in confirmed:
                 self._tries.pop(message.message_id, None)
-        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed)
+        groups = [m.traceparents for m, _ in confirmed if m.traceparents is not None]  # (cheaper than m.events)
+        events = len(confirmed) + sum(len(group) - 1 for group in groups)
+        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed, events)
 
     def _keep(self, entries: list[Entry[T]]) -> list[Outgoing[T]]:
         """The messages to publish again, their first publish time kept; stale ones forgotten."""

@@ -2,9 +2,10 @@
 
 A pika IOLoop watches the replication socket and the broker's socket and runs the timers (docs/adr/0014): the
 stream is read when it is readable and the read-ahead allows (at most READ_AHEAD windows of events unconfirmed),
-events go straight to the publisher (which keeps one window at the broker), and its confirmations come back as
-calls on the same thread. Nothing here blocks on the broker: status updates go out from a timer whatever the
-broker does (slow, blocked by an alarm, down), well inside wal_sender_timeout.
+events go straight to the publisher (which keeps one window of messages at the broker), each alone or, with
+WALFEED_RELAY_GROUP_MAX above 1, grouped with the events of its type read with it (grouping.py, docs/adr/0095), and
+its confirmations come back as calls on the same thread. Nothing here blocks on the broker: status updates go out
+from a timer whatever the broker does (slow, blocked by an alarm, down), well inside wal_sender_timeout.
 
 The relay is handed its loop, a way to open the stream and a way to build the publisher (main.py builds the real
 ones; testing.py has in-memory ones for unit tests).
@@ -16,15 +17,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pika.adapters.select_connection import IOLoop
 
-from services.cdc_relay import metrics
+from services.cdc_relay import grouping, metrics, sessions
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.positions import PositionTracker
-from services.cdc_relay.sessions import Sessions
+from services.cdc_relay.sessions import Sessions, Token
 from services.cdc_relay.stream import Interrupted, ReplicationError, SlotBusy, SlotMissing
 from services.cdc_relay.wal2json import Begin, Commit, Insert, format_lsn, parse
 from services.core import backoff, sdnotify
@@ -54,11 +55,11 @@ class Stream(Protocol):
 
 
 class EventPublisher(Protocol):
-    """What the relay asks of the publisher (publisher.Publisher[int]), on the relay's loop."""
+    """What the relay asks of the publisher (publisher.Publisher[Token]), on the relay's loop."""
 
     def start(self) -> None: ...
 
-    def submit(self, messages: Iterable[Outgoing[int]]) -> None: ...
+    def submit(self, messages: Iterable[Outgoing[Token]]) -> None: ...
 
     def drop_stale(self) -> None: ...
 
@@ -67,7 +68,7 @@ class EventPublisher(Protocol):
 
 OpenStream = Callable[[], Stream]  # raises SlotMissing, SlotBusy, Interrupted or ReplicationError
 # Builds the publisher with the relay's confirmation callback and its test of a current token.
-MakePublisher = Callable[[Callable[[list[int]], None], Callable[[int], bool]], EventPublisher]
+MakePublisher = Callable[[Callable[[list[Token]], None], Callable[[Token], bool]], EventPublisher]
 
 
 class Relay:
@@ -79,6 +80,7 @@ class Relay:
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
         # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
         self._limit = READ_AHEAD * relay.window
+        self._group_max = relay.group_max
         self._resume_at = self._limit - max(1, relay.window // 4)  # read again once a quarter window is confirmed
         self._stream: Stream | None = None
         self._tracker: PositionTracker | None = None
@@ -188,7 +190,7 @@ class Relay:
             self._lose_stream(exc)
             return
         if batch:
-            self._publisher.submit(batch)
+            self._publisher.submit(grouping.group(batch, self._group_max) if self._group_max > 1 else batch)
             metrics.IN_FLIGHT.set(tracker.in_flight)
         if tracker.in_flight >= self._limit:
             self._watch(False)
@@ -217,10 +219,12 @@ class Relay:
         stream.close()
 
     # --- confirmations and positions ---
-    def _on_confirmed(self, seqs: list[int]) -> None:  # from the publisher's ack callback
+    def _on_confirmed(self, tokens: list[Token]) -> None:  # from the publisher's ack callback
         tracker = self._tracker
         if tracker is None:
             return  # the session ended: Postgres sends its events again
+        # Without grouping every token is one event's number: the list is used as it is, on the hot path.
+        seqs = sessions.seqs(tokens) if self._group_max > 1 else cast(list[int], tokens)
         tracker.confirmed_many(self._sessions.current(seqs))  # a session that ended: not ours to count
         metrics.IN_FLIGHT.set(tracker.in_flight)
         if self._stopping:

@@ -18,6 +18,7 @@ from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import wal2json
 from services.cdc_relay.messages import Outgoing
+from services.cdc_relay.sessions import Token
 from services.cdc_relay.stream import SlotBusy, SlotMissing
 
 
@@ -166,16 +167,16 @@ class StubPublisher:
     """Holds what the relay submits (`held`, oldest first) until the test calls `confirm`. `drop_stale` forgets the
     held messages whose tokens are stale, as the real publisher does with those not in flight."""
 
-    def __init__(self, on_confirmed: Callable[[list[int]], None], is_current: Callable[[int], bool]) -> None:
+    def __init__(self, on_confirmed: Callable[[list[Token]], None], is_current: Callable[[Token], bool]) -> None:
         self.on_confirmed, self._is_current = on_confirmed, is_current
-        self.submitted: list[Outgoing[int]] = []
-        self.held: list[Outgoing[int]] = []
+        self.submitted: list[Outgoing[Token]] = []
+        self.held: list[Outgoing[Token]] = []
         self.started = self.stopped = False
 
     def start(self) -> None:
         self.started = True
 
-    def submit(self, messages: Iterable[Outgoing[int]]) -> None:
+    def submit(self, messages: Iterable[Outgoing[Token]]) -> None:
         batch = list(messages)
         self.submitted += batch
         self.held += batch

@@ -11,6 +11,7 @@ import pytest
 
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.relay import READ_AHEAD, READ_BATCH, TICK, Relay
+from services.cdc_relay.sessions import SESSION_SEQ_BITS, Token
 from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
 from services.cdc_relay.testing import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
 
@@ -21,18 +22,18 @@ class Harness:
     """A relay on `loop` whose stream opener hands out `sessions` in turn, with a StubPublisher."""
 
     def __init__(self, loop: ManualLoop, *sessions: InMemoryStream | BaseException, window: int = WINDOW,
-                 **settings: float) -> None:
+                 group_max: int = 1, **settings: float) -> None:
         self.opener = StreamOpener()
         for session in sessions:
             self.opener.then(session)
         self.publishers: list[StubPublisher] = []
 
-        def make_publisher(on_confirmed: Callable[[list[int]], None],
-                           is_current: Callable[[int], bool]) -> StubPublisher:
+        def make_publisher(on_confirmed: Callable[[list[Token]], None],
+                           is_current: Callable[[Token], bool]) -> StubPublisher:
             self.publishers.append(StubPublisher(on_confirmed, is_current))
             return self.publishers[-1]
 
-        cfg = RelaySettings(window=window, status_interval=settings.get("status_interval", 10.0),
+        cfg = RelaySettings(window=window, group_max=group_max, status_interval=settings.get("status_interval", 10.0),
                             shutdown_timeout=settings.get("shutdown_timeout", 10.0), standby_interval=2.0)
         self.relay = Relay(cfg, "slot", loop, self.opener, make_publisher, clock=loop.time)
 
@@ -94,6 +95,55 @@ def test_confirms_a_commit_position_only_once_every_event_up_to_it_is_confirmed(
     assert stream.feedbacks == [200, 400]  # the empty transaction after the last events with them
     loop.run_for(10.0)
     assert stream.feedbacks[-1] == 400  # the status interval: the same position again, never an older one
+
+
+def test_without_grouping_every_event_is_a_message_whose_token_is_its_number(loop: ManualLoop) -> None:
+    stream = InMemoryStream(loop, start_lsn=100)
+    h = Harness(loop, stream)
+    h.relay.start()
+    stream.send(transaction(5, next_lsn=200))
+    loop.run_for(1.0)
+    assert [m.token for m in h.publisher.submitted] == [0, 1, 2, 3, 4]
+    assert all(m.traceparents is None for m in h.publisher.submitted)
+
+
+def test_a_group_is_one_message_and_its_confirm_confirms_each_of_its_events(loop: ManualLoop) -> None:
+    stream = InMemoryStream(loop, start_lsn=100)
+    h = Harness(loop, stream, group_max=4)
+    h.relay.start()
+    # A group spans the two transactions: its confirm completes the first and part of the second.
+    stream.send(transaction(3, next_lsn=150) + transaction(6, next_lsn=200))
+    loop.run_for(1.0)
+    assert [m.token for m in h.publisher.submitted] == [range(0, 4), range(4, 8), 8]
+    h.publisher.confirm(1)
+    loop.run_for(1.0)
+    assert stream.feedbacks == [150]
+    h.publisher.confirm(1)
+    loop.run_for(1.0)
+    assert stream.feedbacks == [150]  # event 8 of the second transaction is not confirmed yet
+    h.publisher.confirm()
+    loop.run_for(1.0)
+    assert stream.feedbacks == [150, 200]
+
+
+def test_a_new_session_ignores_the_confirmations_of_the_old_sessions_groups(loop: ManualLoop) -> None:
+    first, second = InMemoryStream(loop, start_lsn=100), InMemoryStream(loop, start_lsn=150)
+    h = Harness(loop, first, second, group_max=4)
+    h.relay.start()
+    first.send(transaction(3, next_lsn=150) + transaction(3, next_lsn=200))
+    loop.run_for(1.0)
+    old = list(h.publisher.held)
+    first.fail(psycopg2.OperationalError("server closed the connection unexpectedly"))
+    loop.run_for(1.0)
+    assert h.publisher.held == []  # the old session's groups are stale: Postgres sends their events again
+    h.publisher.on_confirmed([m.token for m in old])  # they were in flight: their confirmations come anyway
+    second.send(transaction(5, next_lsn=200))
+    loop.run_for(1.0)
+    first_seq = 1 << SESSION_SEQ_BITS
+    assert [m.token for m in h.publisher.held] == [range(first_seq, first_seq + 4), first_seq + 4]
+    h.publisher.confirm()
+    loop.run_for(1.0)
+    assert second.feedbacks == [200]
 
 
 def test_an_idle_stream_confirms_the_server_position(loop: ManualLoop) -> None:

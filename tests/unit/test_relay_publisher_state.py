@@ -81,6 +81,33 @@ def test_after_a_nack_nothing_more_goes_out_but_one_probe_until_the_broker_acks_
     assert not state.probing and len(state.to_publish(now=1.0)) == 4  # the whole window again
 
 
+def group(seqs: range) -> Outgoing[range]:
+    """A group's message (grouping.py): its token the range of its events' sequence numbers."""
+    return Outgoing(seqs, b"[]", f"m{seqs.start}", "t", 0, None, ("",) * len(seqs))
+
+
+def test_a_group_is_one_message_of_the_window_and_its_confirm_counts_its_events() -> None:
+    state: PublisherState[int | range] = PublisherState(window=2)
+    state.submit([group(range(0, 10)), message(10), group(range(11, 14))])
+    assert [m.token for m in state.to_publish(now=1.0)] == [range(0, 10), 10]  # the window counts messages
+    settled = state.acked(2, multiple=True)
+    assert settled.tokens == [range(0, 10), 10] and settled.events == 11
+    state.to_publish(now=2.0)
+    assert state.acked(3, multiple=False).events == 3
+
+
+def test_a_nacked_group_is_published_again_whole() -> None:
+    state: PublisherState[int | range] = PublisherState(window=2)
+    state.submit([group(range(0, 5))])
+    state.to_publish(now=0.0)
+    settled = state.nacked(1, multiple=False, now=0.0)
+    assert settled.events == 0 and state.retry(settled.failed, now=0.0) == 1
+    state.due(RETRY_CAP)
+    (again,) = state.to_publish(now=RETRY_CAP)
+    assert again == group(range(0, 5))
+    assert state.acked(2, multiple=False).tokens == [range(0, 5)]
+
+
 def test_a_lost_channel_ends_probing() -> None:
     state: PublisherState[int] = PublisherState(window=2)
     state.submit(message(t) for t in range(4))

@@ -17,6 +17,7 @@ from pika.adapters.select_connection import IOLoop
 from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import EventPublisher
+from services.cdc_relay.sessions import Token, seqs
 from services.cdc_relay.testing import StubPublisher
 from services.core.topology import Topology
 from testkit.infra import Infra
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 class Driver(Protocol):
     """A publisher under test; `call` runs on its thread, `settle` lets the broker (or the test) confirm."""
 
-    confirmed: list[int]
+    confirmed: list[Token]
 
     @property
     def publisher(self) -> EventPublisher: ...
@@ -45,8 +46,8 @@ def message(token: int) -> Outgoing[int]:
 
 
 class StubDriver:
-    def __init__(self, is_current: Callable[[int], bool]) -> None:
-        self.confirmed: list[int] = []
+    def __init__(self, is_current: Callable[[Token], bool]) -> None:
+        self.confirmed: list[Token] = []
         self.publisher = StubPublisher(self.confirmed.extend, is_current)
 
     def call(self, action: Callable[[], None]) -> None:
@@ -62,11 +63,11 @@ class StubDriver:
 
 
 class PikaDriver:
-    def __init__(self, is_current: Callable[[int], bool], infra: Infra, topology: Topology) -> None:
-        self.confirmed: list[int] = []
+    def __init__(self, is_current: Callable[[Token], bool], infra: Infra, topology: Topology) -> None:
+        self.confirmed: list[Token] = []
         self._loop = IOLoop()
-        self.publisher: Publisher[int] = Publisher(self._loop, infra.amqp_url, topology, self.confirmed.extend,
-                                                   window=4, is_current=is_current)
+        self.publisher: Publisher[Token] = Publisher(self._loop, infra.amqp_url, topology, self.confirmed.extend,
+                                                     window=4, is_current=is_current)
         self._thread = threading.Thread(target=self._loop.start, daemon=True)
         self._thread.start()
 
@@ -129,5 +130,22 @@ def test_current_messages_are_confirmed_once_and_stale_waiting_ones_never(driver
         return len(d.confirmed) >= 15
 
     eventually(all_confirmed, timeout=30, what="15 confirmations")
-    assert sorted(d.confirmed) == list(range(5, 20))
+    assert sorted(seqs(d.confirmed)) == list(range(5, 20))
+    assert d.stop()
+
+
+def test_a_groups_message_comes_back_once_with_its_range_token(driver: tuple[Driver, set[int]]) -> None:
+    d, current = driver
+    publisher = d.publisher
+    current.update(range(4))
+    group = Outgoing(range(0, 3), b"[{},{},{}]", "m0", "routed", 0, None, ("", "", ""))
+    d.call(publisher.start)
+    d.call(lambda: publisher.submit([group, message(3)]))
+
+    def confirmed() -> bool:
+        d.call(d.settle)
+        return len(d.confirmed) >= 2
+
+    eventually(confirmed, timeout=30, what="the group's and the single message's confirmations")
+    assert d.confirmed == [range(0, 3), 3]
     assert d.stop()
