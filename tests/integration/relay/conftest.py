@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from services.core.events import GROUP_CONTENT_TYPE, split_group
 from services.core.topology import Topology
 from testkit.infra import Infra
 from testkit.processes import Process, Processes
@@ -100,6 +101,21 @@ class Watcher:
     def has_all(self, expected: set[str]) -> bool:
         self.pump()
         return expected.issubset(self.ids())
+
+    def event_ids(self) -> list[str]:
+        """The ids of the events received, each event of a group's message apart (docs/adr/0095)."""
+        return [orjson.loads(body)["id"] for m in self.messages for body in bodies(m)]
+
+    def has_all_events(self, expected: set[str]) -> bool:
+        self.pump()
+        return expected.issubset(self.event_ids())
+
+
+def bodies(message: Received) -> list[bytes]:
+    """The bodies of the events a message carries: a group's (WALFEED_RELAY_GROUP_MAX above 1), or its own."""
+    if message.properties.content_type == GROUP_CONTENT_TYPE:
+        return split_group(message.body)
+    return [message.body]
 
 
 @pytest.fixture
