@@ -1,6 +1,7 @@
 """Fan-out throughput: `walfeed worker` processes vs the design-independent ceiling, side by side in one run.
 
     .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
+                                                [--group-max N]
 
 The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
@@ -20,12 +21,13 @@ is noise, these are not (docs/adr/0026).
 
 Posts are written as the api writes them (services/api/sql.py CREATE_POST: the post and its post.created outbox
 row in one statement); their events are read back from the outbox and published to `{prefix}.events` as the
-relay publishes them (services/cdc_relay/publisher.py EventProperties), on a confirming channel. The workers are
-paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts, so the publisher's
-speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of its last
-follower's row, then a full count, polled with a deadline (wait_done: its polls take at most WATCH_DUTY of the
-time). Worker and api settings in this
-process's environment (e.g. WALFEED_WORKER_BATCH_SIZE) reach the workers unchanged. Uses its own database and
+relay publishes them (services/cdc_relay/publisher.py EventProperties; with --group-max above 1, default
+WALFEED_RELAY_GROUP_MAX, grouped as the relay groups a read of READ_BATCH events: docs/adr/0095), on a confirming
+channel. The workers are paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts,
+so the publisher's speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of
+its last follower's row, then a full count, polled with a deadline (wait_done: its polls take at most WATCH_DUTY of
+the time). Worker and api settings in this process's environment (e.g. WALFEED_WORKER_BATCH_SIZE) reach the
+workers unchanged. Uses its own database and
 AMQP prefix and removes both at the end, also on Ctrl-C.
 """
 
@@ -50,7 +52,10 @@ import pika
 import psycopg
 
 from bench.lib import dbload, e2e, entry, infra, proc
-from services.cdc_relay.messages import EventProperties
+from services.cdc_relay import grouping
+from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.messages import EventProperties, group_properties, outgoing
+from services.cdc_relay.relay import READ_BATCH
 from services.core import events as ev
 from services.core.topology import Topology
 
@@ -133,12 +138,16 @@ def outbox_events(conn: Conn, posts: list[Post]) -> list[ev.Event]:
     return [ev.Event(r[0], r[1], r[2], r[3], r[4], ev.validate_payload(r[1], r[5])) for r in rows]
 
 
-def publish(channel: Any, topology: Topology, events: list[ev.Event]) -> None:
-    """As the relay does: routing key = type, persistent, JSON, message id; each confirmed by the broker."""
-    for event in events:
-        channel.basic_publish(topology.events_exchange, event.type, ev.encode(event),
-                              EventProperties(str(event.id), event.type, ev.epoch_seconds(event.occurred_at)),
-                              mandatory=True)
+def publish(channel: Any, topology: Topology, events: list[ev.Event], group_max: int) -> None:
+    """As the relay does: routing key = type, persistent, JSON, message id; with `group_max` above 1, what one read
+    of the relay holds (READ_BATCH events) grouped as it groups them (services/cdc_relay/grouping.py); each message
+    confirmed by the broker."""
+    for start in range(0, len(events), READ_BATCH):
+        read = [outgoing(e, start + i) for i, e in enumerate(events[start:start + READ_BATCH])]
+        for m in grouping.group(read, group_max):
+            props = EventProperties(m.message_id, m.type, m.timestamp) if m.traceparents is None else \
+                group_properties(m)
+            channel.basic_publish(topology.events_exchange, m.type, m.body, props, mandatory=True)
 
 
 POLL = 0.005  # seconds: the shortest interval between two polls of wait_done
@@ -233,8 +242,9 @@ def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
 
 class Bench:
     def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
-                 workers: list[subprocess.Popen[bytes]], admin: Conn) -> None:
+                 workers: list[subprocess.Popen[bytes]], admin: Conn, group_max: int = 1) -> None:
         self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
+        self.group_max = group_max
         self.admin = admin
         self.dbname = str(conn.info.dbname)
         self.last: dict[int, int] = {}
@@ -293,7 +303,7 @@ class Bench:
         assert len(events) == len(posts), "every post has its outbox row"
         self._signal(signal.SIGSTOP)
         try:
-            publish(self.channel, self.topology, events)
+            publish(self.channel, self.topology, events, self.group_max)
             before, start = self._cpu(), self._lsn()
         finally:
             self._signal(signal.SIGCONT)
@@ -350,6 +360,8 @@ def main() -> int:
     parser.add_argument("--small-events", type=int, default=1000,
                         help="posts per run and side, authors with 10 followers")
     parser.add_argument("--processes", type=int, default=2, help="worker processes = ceiling connections")
+    parser.add_argument("--group-max", type=int, default=RelaySettings.from_env().group_max,
+                        help="events per message as the relay groups them (WALFEED_RELAY_GROUP_MAX; ADR 0095)")
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
     k = args.processes
@@ -373,7 +385,7 @@ def main() -> int:
                 admin = stack.enter_context(infra.admin())
                 with contextlib.suppress(psycopg.Error):  # superuser and contrib; else WAL is reported as nan
                     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-                bench = Bench(conn, ceiling, channel, topology, workers, admin)
+                bench = Bench(conn, ceiling, channel, topology, workers, admin, args.group_max)
                 small = bench.authors(list(range(1, SEEDED + 1)))
                 big = bench.authors(setup(conn, authors=10, followers=BIG))
                 bench.worker(new_posts(conn, small, 20), SMALL + 1)  # warm-up: connections, prepared statements
@@ -405,7 +417,8 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
         print(f"median, {label}-follower authors: worker {median(runs[followers], 'worker_rows_per_s'):,.0f} rows/s, "
               f"set-based ceiling {median(runs[followers], 'set_based_rows_per_s'):,.0f} rows/s, ratio "
               f"{ratio(followers, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, up to "
-              f"{PER_STATEMENT} posts per statement; {len(runs[followers])} runs)")
+              f"{PER_STATEMENT} posts per statement; {len(runs[followers])} runs; events grouped as the relay "
+              f"groups them with WALFEED_RELAY_GROUP_MAX={args.group_max})")
     print(f"median, 1,000-follower authors, against the worker's per-post statements of before issue 12 (old "
           f"ceiling): worker {median(runs[BIG], 'worker_rows_per_s'):,.0f} rows/s, per-post statements "
           f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s, ratio {ratio(BIG, 'per_post_rows_per_s'):.2f}")
