@@ -6,11 +6,13 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 
+import orjson
 import pika
 import pika.exceptions
 import psycopg
 from psycopg import sql
 
+from services.core import events
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
 from testkit.infra import Infra
@@ -85,6 +87,15 @@ def declare_observer(amqp_url: str, topology: Topology, suffix: str = "observe",
     finally:
         conn.close()
     return queue
+
+
+def event_ids(props: pika.BasicProperties, body: bytes) -> list[str]:
+    """The ids of the events a message of the events exchange carries, as an observer counts them: each event of a
+    group apart (WALFEED_RELAY_GROUP_MAX above 1, docs/events.md "Groups"), else the message's id (its body when it
+    has none: an injected poison)."""
+    if props.content_type != events.GROUP_CONTENT_TYPE:
+        return [props.message_id or body.decode(errors="replace")]
+    return [str(orjson.loads(part).get("id")) for part in events.split_group(body)]
 
 
 def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]) -> None:

@@ -6,6 +6,7 @@ Sizes come from the environment so CI runs a short version and an operator a lon
   WALFEED_CHAOS_SEED (default 3: its 8 faults restart the broker and Postgres among others; "random" draws
   one, printed so the run can be replayed),
   WALFEED_CHAOS_KINDS (comma-separated fault kinds, default all of tests/chaos/schedule.py FAULTS).
+Runs twice: each event its own message, and with the relay grouping events (WALFEED_RELAY_GROUP_MAX=20, ADR 0095).
   python -m pytest tests/chaos -m chaos -s   # with WALFEED_CHAOS_SECONDS=300 WALFEED_CHAOS_FAULTS=25
 """
 
@@ -29,7 +30,7 @@ from services.core.topology import Topology
 from testkit.infra import Infra
 from testkit.processes import Processes, free_port
 from testkit.proxy import TcpProxy
-from testkit.resources import declare_observer
+from testkit.resources import declare_observer, event_ids
 from testkit.waiting import eventually
 from tests.chaos.check import TimelineDiff, classify_delivery, diff_timelines, expected_timelines
 from tests.chaos.faults import NORMAL_WATERMARK, Targets, _run
@@ -70,13 +71,16 @@ def _timeline(base: str, account: Account) -> list[int]:
             return ids
 
 
-def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> list[str]:
+def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> tuple[list[str], int]:
+    """The ids of the events in `queue` (each of a group apart), and how many messages held them."""
     ids: list[str] = []
+    messages = 0
     while True:
         method, props, body = channel.basic_get(queue, auto_ack=True)
         if method is None:
-            return ids
-        ids.append(props.message_id or body.decode(errors="replace"))
+            return ids, messages
+        ids += event_ids(props, body)
+        messages += 1
 
 
 EXPLAIN_POSTS = """
@@ -106,9 +110,10 @@ def _explain(database_url: str, diffs: list[TimelineDiff], failure: BaseExceptio
     return "\n".join(lines)
 
 
+@pytest.mark.parametrize("group_max", ["1", "20"])
 def test_the_system_converges_with_nothing_lost(
-    infra: Infra, walfeed_env: dict[str, str], database_url: str, slot_name: str, topology: Topology,
-    processes: Processes, amqp_extra_queues: list[str],
+    group_max: str, infra: Infra, walfeed_env: dict[str, str], database_url: str, slot_name: str,
+    topology: Topology, processes: Processes, amqp_extra_queues: list[str],
 ) -> None:
     seconds = float(os.environ.get("WALFEED_CHAOS_SECONDS", "45"))
     count = int(os.environ.get("WALFEED_CHAOS_FAULTS", "8"))
@@ -116,7 +121,8 @@ def test_the_system_converges_with_nothing_lost(
     seed = random.randrange(2**32) if seed_text == "random" else int(seed_text)
     kinds = tuple(k for k in os.environ.get("WALFEED_CHAOS_KINDS", ",".join(FAULTS)).split(",") if k)
     schedule = make_schedule(seed, seconds, count, kinds)
-    print(f"\nchaos: seed={seed} seconds={seconds} faults={count} (replay: WALFEED_CHAOS_SEED={seed})")
+    print(f"\nchaos: seed={seed} seconds={seconds} faults={count} group_max={group_max} "
+          f"(replay: WALFEED_CHAOS_SEED={seed})")
 
     pg = psycopg.conninfo.conninfo_to_dict(database_url)
     relay_db = TcpProxy((str(pg.get("host", "127.0.0.1")), int(str(pg.get("port", 5432)))))
@@ -128,7 +134,8 @@ def test_the_system_converges_with_nothing_lost(
     channel = admin.channel()
 
     common = {"WALFEED_CELEBRITY_THRESHOLD": str(CELEBRITY_THRESHOLD), "WALFEED_RELAY_METRICS_PORT": "0",
-              "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_RELAY_WINDOW": str(RELAY_WINDOW)}
+              "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_RELAY_WINDOW": str(RELAY_WINDOW),
+              "WALFEED_RELAY_GROUP_MAX": group_max}
     relay_env = {**common, "WALFEED_DATABASE_URL": psycopg.conninfo.make_conninfo(
         database_url, host="127.0.0.1", port=relay_db.port), "WALFEED_AMQP_URL": _amqp_via(
         infra.amqp_url, relay_amqp.port)}
@@ -223,8 +230,8 @@ def test_the_system_converges_with_nothing_lost(
     eventually(lambda: channel.queue_declare(topology.fanout_queue, passive=True).method.message_count == 0
                and channel.queue_declare(topology.retry_queue, passive=True).method.message_count == 0,
                timeout=CONVERGE_TIMEOUT, what="fan-out and retry queues drained")
-    seen = _drain(channel, observe)
-    dead = _drain(channel, topology.dead_queue)
+    seen, messages = _drain(channel, observe)
+    dead, _ = _drain(channel, topology.dead_queue)
     admin.close()
     for proxy in (relay_db, relay_amqp, worker_amqp):
         proxy.close()
@@ -241,7 +248,8 @@ def test_the_system_converges_with_nothing_lost(
             f"  acknowledged: {len(acked.posts)} posts, {len(acked.deleted)} deletes, {acked.follows} follows, "
             f"{acked.unfollows} unfollows, {acked.reads} reads; gave up {acked.gave_up}",
             f"  events committed {len(committed)}, published {delivery.published}, lost {len(delivery.lost)}, "
-            f"duplicated {delivery.duplicates} ({len(delivery.duplicated)} ids), unexpected {len(delivery.unexpected)}",
+            f"duplicated {delivery.duplicates} ({len(delivery.duplicated)} ids), unexpected "
+            f"{len(delivery.unexpected)}; {len(seen)} events observed in {messages} messages",
             f"  dead letters {len(dead)} (injected poison {POISON})",
             f"  timelines: {len(expected)} users, converged {converge_seconds:.1f}s after the last fault",
         ])

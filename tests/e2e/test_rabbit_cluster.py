@@ -27,6 +27,7 @@ from services.core.topology import Topology
 from testkit import metrics
 from testkit.processes import Processes, free_port
 from testkit.rabbit_cluster import RabbitCluster
+from testkit.resources import event_ids
 from testkit.waiting import eventually
 from tests.integration.worker import world
 
@@ -91,10 +92,10 @@ def _observed(url: str, queue: str) -> Counter[str]:
     try:
         channel = conn.channel()
         while True:
-            method, props, _body = channel.basic_get(queue, auto_ack=True)
+            method, props, body = channel.basic_get(queue, auto_ack=True)
             if method is None:
                 return seen
-            seen[str(props.message_id)] += 1
+            seen.update(event_ids(props, body))
     finally:
         conn.close()
 

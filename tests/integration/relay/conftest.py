@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 
 from services.core.events import GROUP_CONTENT_TYPE, split_group
 from services.core.topology import Topology
+from testkit import resources
 from testkit.infra import Infra
 from testkit.processes import Process, Processes
 
@@ -104,7 +105,7 @@ class Watcher:
 
     def event_ids(self) -> list[str]:
         """The ids of the events received, each event of a group's message apart (docs/adr/0095)."""
-        return [orjson.loads(body)["id"] for m in self.messages for body in bodies(m)]
+        return [i for m in self.messages for i in resources.event_ids(m.properties, m.body)]
 
     def has_all_events(self, expected: set[str]) -> bool:
         self.pump()
