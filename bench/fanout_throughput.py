@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import resource
@@ -242,9 +243,8 @@ def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
 
 class Bench:
     def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
-                 workers: list[subprocess.Popen[bytes]], admin: Conn, group_max: int = 1) -> None:
+                 workers: list[subprocess.Popen[bytes]], admin: Conn) -> None:
         self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
-        self.group_max = group_max
         self.admin = admin
         self.dbname = str(conn.info.dbname)
         self.last: dict[int, int] = {}
@@ -297,13 +297,14 @@ class Bench:
         self.last.update({int(a): int(f) for a, f in rows})
         return ids
 
-    def worker(self, posts: list[Post], rows_per_post: int) -> float:
-        """Seconds the workers take from a queue holding every event of `posts` to the last row."""
+    def worker(self, posts: list[Post], rows_per_post: int, group_max: int = 1) -> float:
+        """Seconds the workers take from a queue holding every event of `posts`, grouped as the relay groups them
+        with WALFEED_RELAY_GROUP_MAX = `group_max`, to the last row."""
         events = outbox_events(self.conn, posts)
         assert len(events) == len(posts), "every post has its outbox row"
         self._signal(signal.SIGSTOP)
         try:
-            publish(self.channel, self.topology, events, self.group_max)
+            publish(self.channel, self.topology, events, group_max)
             before, start = self._cpu(), self._lsn()
         finally:
             self._signal(signal.SIGCONT)
@@ -319,13 +320,15 @@ class Bench:
             w.send_signal(sig)
 
 
-def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: int, legacy: bool) -> dict[str, float]:
-    """One interleaved measurement for one audience: worker, set-based ceiling (and the old one), order rotated."""
+def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: int, legacy: bool,
+             groups: tuple[int, ...] | list[int] = (1,)) -> dict[str, float]:
+    """One interleaved measurement for one audience: the workers (one side per value of `groups`, the first named
+    "worker", the others "worker_g<N>"), the set-based ceiling (and the old one), order rotated."""
     rows = followers + 1
     sides: dict[str, Callable[[], float]] = {
-        "worker": lambda: bench.worker(new_posts(bench.conn, authors, n), rows),
-        "set_based": lambda: bench.ceiling_side(new_posts(bench.conn, authors, n)),
-    }
+        side(g, i): functools.partial(lambda g: bench.worker(new_posts(bench.conn, authors, n), rows, g), g)
+        for i, g in enumerate(groups)}  # bound per side: a lambda alone would see the loop's last g
+    sides["set_based"] = lambda: bench.ceiling_side(new_posts(bench.conn, authors, n))
     if legacy:
         sides["per_post"] = lambda: per_post(bench.ceiling, new_posts(bench.conn, authors, n))
     names = list(sides)
@@ -334,12 +337,17 @@ def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: in
     out: dict[str, float] = {}
     for name in names:
         seconds[name] = sides[name]()
-        if name in ("worker", "set_based"):  # CPU microseconds per post, by part
+        if name != "per_post":  # CPU microseconds per post, by part
             out.update({f"{name}_cpu_us:{part}": cpu * 1e6 / n for part, cpu in bench.cpu.items()})
             out[f"{name}_wal_per_post"], out[f"{name}_wal_records_per_post"] = (v / n for v in bench.wal)
     out.update({f"{name}_rows_per_s": n * rows / s for name, s in seconds.items()})
-    out["events_per_s"] = n / seconds["worker"]
+    out.update({f"{name}_events_per_s": n / s for name, s in seconds.items() if name.startswith("worker")})
     return out
+
+
+def side(group_max: int, index: int) -> str:
+    """The name of a worker side: the first (`--group-max`'s first value) is "worker"."""
+    return "worker" if index == 0 else f"worker_g{group_max}"
 
 
 def median(runs: list[dict[str, float]], key: str) -> float:
@@ -360,8 +368,10 @@ def main() -> int:
     parser.add_argument("--small-events", type=int, default=1000,
                         help="posts per run and side, authors with 10 followers")
     parser.add_argument("--processes", type=int, default=2, help="worker processes = ceiling connections")
-    parser.add_argument("--group-max", type=int, default=RelaySettings.from_env().group_max,
-                        help="events per message as the relay groups them (WALFEED_RELAY_GROUP_MAX; ADR 0095)")
+    parser.add_argument("--group-max", type=lambda v: [int(g) for g in v.split(",")],
+                        default=[RelaySettings.from_env().group_max],
+                        help="events per message as the relay groups them (WALFEED_RELAY_GROUP_MAX; ADR 0095); "
+                             "several, comma-separated (1,20): one worker side each, in the same runs")
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     args = parser.parse_args()
     k = args.processes
@@ -385,7 +395,7 @@ def main() -> int:
                 admin = stack.enter_context(infra.admin())
                 with contextlib.suppress(psycopg.Error):  # superuser and contrib; else WAL is reported as nan
                     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-                bench = Bench(conn, ceiling, channel, topology, workers, admin, args.group_max)
+                bench = Bench(conn, ceiling, channel, topology, workers, admin)
                 small = bench.authors(list(range(1, SEEDED + 1)))
                 big = bench.authors(setup(conn, authors=10, followers=BIG))
                 bench.worker(new_posts(conn, small, 20), SMALL + 1)  # warm-up: connections, prepared statements
@@ -393,15 +403,20 @@ def main() -> int:
                 runs: dict[int, list[dict[str, float]]] = {SMALL: [], BIG: []}
                 for r in range(args.runs):
                     for followers, authors, n in ((SMALL, small, args.small_events), (BIG, big, args.posts)):
-                        runs[followers].append(run_pair(bench, authors, n, followers, r, legacy=followers == BIG))
+                        runs[followers].append(run_pair(bench, authors, n, followers, r, legacy=followers == BIG,
+                                                        groups=args.group_max))
                     s, b = runs[SMALL][-1], runs[BIG][-1]
                     print(f"run {r + 1}: 10 followers: worker {s['worker_rows_per_s']:,.0f} rows/s "
-                          f"({s['events_per_s']:,.0f} events/s), set-based {s['set_based_rows_per_s']:,.0f} rows/s, "
+                          f"({s['worker_events_per_s']:,.0f} events/s), set-based "
+                          f"{s['set_based_rows_per_s']:,.0f} rows/s, "
                           f"ratio {s['worker_rows_per_s'] / s['set_based_rows_per_s']:.3f} | 1,000 followers: worker "
                           f"{b['worker_rows_per_s']:,.0f} rows/s, set-based {b['set_based_rows_per_s']:,.0f} rows/s, "
                           f"ratio {b['worker_rows_per_s'] / b['set_based_rows_per_s']:.3f}; per-post statements "
                           f"{b['per_post_rows_per_s']:,.0f} rows/s, ratio "
-                          f"{b['worker_rows_per_s'] / b['per_post_rows_per_s']:.2f}", flush=True)
+                          f"{b['worker_rows_per_s'] / b['per_post_rows_per_s']:.2f}" + "".join(
+                              f" | groups of {g}: ratio {s[f'{side(g, 1)}_rows_per_s'] / s['set_based_rows_per_s']:.3f}"
+                              f" (10 followers), {b[f'{side(g, 1)}_rows_per_s'] / b['set_based_rows_per_s']:.3f} "
+                              "(1,000)" for g in args.group_max[1:]), flush=True)
             report(runs, args, k, workers)
         finally:
             amqp.close()
@@ -410,31 +425,39 @@ def main() -> int:
 
 def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k: int,
            workers: list[subprocess.Popen[bytes]]) -> None:
-    def ratio(followers: int, ceiling: str) -> float:
-        return statistics.median(r["worker_rows_per_s"] / r[ceiling] for r in runs[followers])
+    def ratio(followers: int, worker: str, ceiling: str) -> float:
+        return statistics.median(r[f"{worker}_rows_per_s"] / r[ceiling] for r in runs[followers])
 
-    for followers, label in ((SMALL, "10"), (BIG, "1,000")):
-        print(f"median, {label}-follower authors: worker {median(runs[followers], 'worker_rows_per_s'):,.0f} rows/s, "
-              f"set-based ceiling {median(runs[followers], 'set_based_rows_per_s'):,.0f} rows/s, ratio "
-              f"{ratio(followers, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, up to "
-              f"{PER_STATEMENT} posts per statement; {len(runs[followers])} runs; events grouped as the relay "
-              f"groups them with WALFEED_RELAY_GROUP_MAX={args.group_max})")
-    print(f"median, 1,000-follower authors, against the worker's per-post statements of before issue 12 (old "
-          f"ceiling): worker {median(runs[BIG], 'worker_rows_per_s'):,.0f} rows/s, per-post statements "
-          f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s, ratio {ratio(BIG, 'per_post_rows_per_s'):.2f}")
-    print(f"10-follower authors: {median(runs[SMALL], 'events_per_s'):,.0f} events/s ({args.small_events} events "
-          f"per run, {k} processes; median of {len(runs[SMALL])} runs; issue 12's target >= 4,840)")
-    for side, label in (("worker", "workers"), ("set_based", "set-based ceiling")):
-        parts = sorted({k.split(":", 1)[1] for r in runs[SMALL] for k in r if k.startswith(f"{side}_cpu_us:")})
-        cpu = {part: statistics.median(r.get(f"{side}_cpu_us:{part}", 0.0) for r in runs[SMALL]) for part in parts}
+    n = len(runs[SMALL])
+    sides = [(side(g, i), g) for i, g in enumerate(args.group_max)]
+    for name, g in sides:
+        grouped = f"events grouped as the relay groups them with WALFEED_RELAY_GROUP_MAX={g}"
+        for followers, label in ((SMALL, "10"), (BIG, "1,000")):
+            print(f"median, {label}-follower authors, {grouped}: worker "
+                  f"{median(runs[followers], f'{name}_rows_per_s'):,.0f} rows/s, set-based ceiling "
+                  f"{median(runs[followers], 'set_based_rows_per_s'):,.0f} rows/s, ratio "
+                  f"{ratio(followers, name, 'set_based_rows_per_s'):.3f} ({k} processes vs {k} connections, up to "
+                  f"{PER_STATEMENT} posts per statement; {n} runs)")
+        print(f"median, 1,000-follower authors, {grouped}, against the worker's per-post statements of before issue "
+              f"12 (old ceiling): ratio {ratio(BIG, name, 'per_post_rows_per_s'):.2f} (per-post statements "
+              f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s)")
+        print(f"10-follower authors, {grouped}: {median(runs[SMALL], f'{name}_events_per_s'):,.0f} events/s "
+              f"({args.small_events} events per run, {k} processes; median of {n} runs; issue 12's target >= 4,840)")
+    for name, g in sides[1:]:
+        print(f"groups of {g} ÷ one event a message (WALFEED_RELAY_GROUP_MAX={args.group_max[0]}), same runs: "
+              f"10-follower authors {ratio(SMALL, name, 'worker_rows_per_s'):.2f}, 1,000-follower "
+              f"{ratio(BIG, name, 'worker_rows_per_s'):.2f} (medians of the per-run ratios)")
+    labelled = [(name, f"workers, groups of {g}") for name, g in sides] + [("set_based", "set-based ceiling")]
+    for name, label in labelled:
+        parts = sorted({k.split(":", 1)[1] for r in runs[SMALL] for k in r if k.startswith(f"{name}_cpu_us:")})
+        cpu = {part: statistics.median(r.get(f"{name}_cpu_us:{part}", 0.0) for r in runs[SMALL]) for part in parts}
         print(f"CPU per post, 10-follower authors, {label} (us, median): "
               + ", ".join(f"{part} {us:.0f}" for part, us in sorted(cpu.items(), key=lambda kv: -kv[1]))
               + f"; total {sum(cpu.values()):.0f} (rabbitmq: every user of the shared broker)")
     print("WAL per post, 10-follower authors (records touching this database's relations, bytes without full-page "
           "images, median): " + ", ".join(
-              f"{label} {median(runs[SMALL], f'{side}_wal_per_post'):,.0f} B in "
-              f"{median(runs[SMALL], f'{side}_wal_records_per_post'):.1f} records"
-              for side, label in (("worker", "workers"), ("set_based", "set-based ceiling"))))
+              f"{label} {median(runs[SMALL], f'{name}_wal_per_post'):,.0f} B in "
+              f"{median(runs[SMALL], f'{name}_wal_records_per_post'):.1f} records" for name, label in labelled))
     print("peak RSS per worker: " + ", ".join(f"{peak_rss_mb(w.pid):.0f} MB" for w in workers))
 
 
