@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pika
 import psycopg
 
@@ -42,6 +43,7 @@ from bench.lib import entry, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.cdc_relay.confirms import ConfirmBook
 from services.cdc_relay.messages import Outgoing, outgoing
+from services.core import events as ev
 from services.core.events import Event
 from services.core.topology import Topology
 
@@ -254,7 +256,15 @@ def lag_run(res: infra.Resources, url: str, env: dict[str, str], prefix: str, ra
     ch = conn.channel()
     queue = ch.queue_declare(f"{prefix}.bench.lag", exclusive=True).method.queue
     ch.queue_bind(queue, Topology(prefix).events_exchange, "#")
-    ch.basic_consume(queue, lambda _c, _m, p, _b: received.__setitem__(p.message_id, time.time()), auto_ack=True)
+
+    def seen(_c: object, _m: object, props: pika.BasicProperties, body: bytes) -> None:
+        now = time.time()
+        if props.content_type != ev.GROUP_CONTENT_TYPE:
+            received[props.message_id] = now
+        else:  # WALFEED_RELAY_GROUP_MAX above 1 (ADR 0095): each event of the group arrived now
+            received.update((str(orjson.loads(one)["id"]), now) for one in ev.split_group(body))
+
+    ch.basic_consume(queue, seen, auto_ack=True)
     relay = res.start("relay-lag", ["relay"], env)
     stop_flag = threading.Event()
 

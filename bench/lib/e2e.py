@@ -198,10 +198,12 @@ def listener(amqp_url: str, prefix: str, book: Book, ready: threading.Event, sto
         queue = channel.queue_declare(f"{prefix}.bench.seen", exclusive=True, auto_delete=True).method.queue
         channel.queue_bind(queue, f"{prefix}.events", routing_key=events.POST_CREATED)
 
-        def seen(_ch: object, _method: object, _props: object, body: bytes) -> None:
-            post_id = int(json.loads(body)["payload"]["post_id"])
+        def seen(_ch: object, _method: object, props: pika.BasicProperties, body: bytes) -> None:
+            bodies = events.split_group(body) if props.content_type == events.GROUP_CONTENT_TYPE else [body]
+            now = time.monotonic()
             with book.lock:
-                book.published.setdefault(post_id, time.monotonic())
+                for one in bodies:  # each event of a group (WALFEED_RELAY_GROUP_MAX above 1) arrived now
+                    book.published.setdefault(int(json.loads(one)["payload"]["post_id"]), now)
 
         channel.basic_consume(queue, seen, auto_ack=True)
         ready.set()
