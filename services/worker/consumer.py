@@ -72,18 +72,17 @@ class Part:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     tag: int
-    props: pika.BasicProperties
-    parts: list[Part]
+    parts: list[Part]  # one event each: the message itself, or the events of a group
 
     @classmethod
     def of(cls, tag: int, props: pika.BasicProperties, body: bytes) -> Delivery:
         if props.content_type != GROUP_CONTENT_TYPE:
-            return cls(tag, props, [Part(Message(body, props.headers), props, alone=True)])
+            return cls(tag, [Part(Message(body, props.headers), props, alone=True)])
         try:
             messages = broker.split(body, props.headers)
         except MalformedEvent as exc:  # dead-lettered as it came, with the reason
-            return cls(tag, props, [Part(Message(body, props.headers, refused=str(exc)), props, alone=True)])
-        return cls(tag, props, [Part(m, props, alone=False) for m in messages])
+            return cls(tag, [Part(Message(body, props.headers, refused=str(exc)), props, alone=True)])
+        return cls(tag, [Part(m, props, alone=False) for m in messages])
 
 
 @dataclass(frozen=True, slots=True)
