@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import functools
 import signal
+from typing import Any
 
 import httpx
+import pika
+import psycopg
 import pytest
 
+from services.core.topology import Topology
+from testkit.infra import Infra
 from testkit.processes import Processes, free_port
+from testkit.resources import declare_observer, event_ids
 from testkit.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -57,5 +63,53 @@ def test_a_post_reaches_every_follower_and_the_author_and_no_one_else(processes:
         assert post_id not in _timeline_ids(api, stranger_auth)
         assert api.get(f"/v1/posts/{post_id}", headers=stranger_auth).json()["body"] == "hello, followers"
 
+    for proc in (api_proc, relay, worker):
+        assert proc.stop(signal.SIGTERM, timeout=30) == 0, proc.log()[-3000:]
+
+
+def test_a_backlog_read_by_a_grouping_relay_is_fanned_out_from_fewer_messages(
+        processes: Processes, infra: Infra, topology: Topology, amqp_extra_queues: list[str],
+        db: psycopg.Connection[Any]) -> None:
+    """WALFEED_RELAY_GROUP_MAX=10 (ADR 0095): posts written while the relay is down are read together when it
+    starts, published as groups, and the worker applies every event of every group."""
+    observer = declare_observer(infra.amqp_url, topology)
+    amqp_extra_queues.append(observer)
+    port = free_port()
+    api_proc = processes.start("api", "api", "--port", str(port))
+    worker = processes.start("worker", "worker")
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=30, what="api ready")
+    with httpx.Client(base_url=base, timeout=10) as api:
+        authors = [_signup(api, f"author{i}") for i in range(2)]
+        followers = [_signup(api, f"follower{i}") for i in range(3)]
+        for _, auth in followers:
+            for author, _ in authors:
+                assert api.put(f"/v1/following/{author}", headers=auth).status_code == 204
+        posts = []
+        for i in range(40):  # the relay is not running: its slot keeps them
+            resp = api.post("/v1/posts", json={"body": f"post {i}"}, headers=authors[i % 2][1])
+            assert resp.status_code == 201, resp.text
+            posts.append(resp.json()["id"])
+    relay = processes.start("relay", "relay", env={"WALFEED_RELAY_GROUP_MAX": "10"})
+    fanned_out = "SELECT count(*) FROM timelines WHERE post_id = ANY(%s)"
+    eventually(lambda: db.execute(fanned_out, (posts,)).fetchone() == (40 * 4,), timeout=60,
+               what="every post in its author's and its 3 followers' timelines")  # rows only the worker writes
+    messages: list[int] = []
+    observed: list[str] = []
+
+    def all_observed() -> bool:
+        conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
+        try:
+            channel = conn.channel()
+            while (got := channel.basic_get(observer, auto_ack=True))[0] is not None:
+                messages.append(1)
+                observed.extend(event_ids(got[1], got[2]))
+        finally:
+            conn.close()
+        return len(observed) >= 40 + 6
+
+    eventually(all_observed, timeout=30, what="the observer's copy of every event")
+    assert len(observed) == len(set(observed)) == 40 + 6  # the posts and the follows, each once
+    assert len(messages) <= 6 + 40 // 10 + 4, len(messages)  # the posts in groups (a read may split a run)
     for proc in (api_proc, relay, worker):
         assert proc.stop(signal.SIGTERM, timeout=30) == 0, proc.log()[-3000:]
