@@ -93,9 +93,14 @@ def event_ids(props: pika.BasicProperties, body: bytes) -> list[str]:
     """The ids of the events a message of the events exchange carries, as an observer counts them: each event of a
     group apart (WALFEED_RELAY_GROUP_MAX above 1, docs/events.md "Groups"), else the message's id (its body when it
     has none: an injected poison)."""
+    whole = [props.message_id or body.decode(errors="replace")]
     if props.content_type != events.GROUP_CONTENT_TYPE:
-        return [props.message_id or body.decode(errors="replace")]
-    return [str(orjson.loads(part).get("id")) for part in events.split_group(body)]
+        return whole
+    try:
+        parts = [orjson.loads(part) for part in events.split_group(body)]
+    except events.MalformedEvent:
+        return whole
+    return [str(p["id"]) if isinstance(p, dict) and "id" in p else orjson.dumps(p).decode() for p in parts]
 
 
 def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]) -> None:

@@ -46,7 +46,7 @@ class RelaySettings:
         env = Env(environ)
         return cls(
             window=env.int("WALFEED_RELAY_WINDOW", 1000, minimum=1, maximum=100_000),
-            group_max=env.int("WALFEED_RELAY_GROUP_MAX", 1, minimum=1, maximum=1000),
+            group_max=env.int("WALFEED_RELAY_GROUP_MAX", 1, minimum=1, maximum=500),  # a read: relay.READ_BATCH
             status_interval=env.float("WALFEED_RELAY_STATUS_INTERVAL", 10.0, minimum=0.1, maximum=30.0),
             metrics_port=env.int("WALFEED_RELAY_METRICS_PORT", 9101, minimum=0, maximum=65535),
             metrics_host=env.str("WALFEED_RELAY_METRICS_HOST", "127.0.0.1", METRICS_HOST),

@@ -19,17 +19,17 @@ from services.core import slots
 
 log = logging.getLogger(__name__)
 
-# With WALFEED_RELAY_GROUP_MAX above 1 a message may carry several events (grouping.py, docs/adr/0095): PUBLISHED and
-# IN_FLIGHT count events; UNROUTABLE, REPUBLISHED and CONFIRM_LATENCY count messages, a group once.
+# With WALFEED_RELAY_GROUP_MAX above 1 a message may carry several events (grouping.py, docs/adr/0095): the
+# counters count events, a group all of its; CONFIRM_LATENCY observes messages.
 PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker (each event of a group)")
 UNROUTABLE = Counter("walfeed_relay_events_unroutable_total",
-                     "Messages returned unroutable or nacked (retried); a group of events counts once")
-# Every publish of a message beyond its first, by why: the broker nacked it (a publish routed to several queues is
+                     "Events returned unroutable or nacked (retried); each event of a group")
+# Every publish of an event beyond its first, by why: the broker nacked it (a publish routed to several queues is
 # nacked when one of them refuses it, and the others keep their copy: docs/adr/0090), returned it unroutable, its
 # connection was lost before the broker confirmed it, or a new primary's outbox rows were not covered by the
-# checkpoint (failover.py, docs/adr/0091). The duplicates the relay makes are at most these messages' events.
+# checkpoint (failover.py, docs/adr/0091). The duplicates the relay makes are at most these.
 REPUBLISHED = Counter("walfeed_relay_events_republished_total",
-                      "Messages published again, by reason; a group of events counts once", ["reason"])
+                      "Events published again, by reason (each event of a republished group)", ["reason"])
 for _reason in ("nacked", "returned", "reconnected", "failover"):
     REPUBLISHED.labels(_reason)
 

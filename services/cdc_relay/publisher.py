@@ -32,8 +32,10 @@ from services.cdc_relay import metrics
 from services.cdc_relay.messages import EventProperties, Outgoing, group_properties
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
+from services.core.events import TRACEPARENTS_HEADER
 from services.core.nack_streak import NackStreak
 from services.core.topology import Topology
+from services.core.tracecontext import HEADER as TRACEPARENT
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +211,12 @@ class Publisher(Generic[T]):
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
                    _body: bytes) -> None:
         self._state.returned(str(properties.message_id))
+        contexts = (properties.headers or {}).get(TRACEPARENTS_HEADER)  # a group's, one per event (ADR 0095)
+        headers = {TRACEPARENT: next((c for c in contexts if c), None)} if isinstance(contexts, list) else \
+            properties.headers
         self._loud("event unroutable: no queue is bound for it on the events exchange; retrying, WAL position "
                    "held", {"event_id": properties.message_id, "routing_key": method.routing_key,
-                            "trace_id": tracecontext.trace_id(properties.headers)})
+                            "trace_id": tracecontext.trace_id(headers)})
 
     def _on_ack_nack(self, frame: Any) -> None:
         method = frame.method
@@ -223,7 +228,7 @@ class Publisher(Generic[T]):
         else:
             why = "nacked"
             settled = self._state.nacked(method.delivery_tag, method.multiple, now)
-            self._loud("broker nacked events; retrying", {"count": len(settled.failed)})
+            self._loud("broker nacked events; retrying", {"messages": len(settled.failed)})
             reopen = self._nacks.nacked(now)
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)

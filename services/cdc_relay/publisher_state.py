@@ -51,7 +51,7 @@ class Settled(Generic[T]):
     first_sent: list[float]
     failed: list[Entry[T]]
     confirmed: list[Entry[T]]
-    events: int = 0
+    events: int
 
 
 def always_current(_token: object) -> bool:
@@ -140,17 +140,17 @@ class PublisherState(Generic[T]):
             self._probes += 1
             self._probe_sent = False
             self._probe_at = now + min(RETRY_CAP, RETRY_BASE * 2 ** (self._probes - 1))
-        return Settled([], [], failed, [])
+        return Settled([], [], failed, [], 0)
 
     def retry(self, failed: list[Entry[T]], now: float) -> int:
         """Failed messages wait out their backoff (`next_due`, `due`); stale ones are forgotten. Returns how many
-        will be published again."""
+        events (a group counts all of its) will be published again."""
         again = self._keep(failed)
         tries, retry, order = self._tries, self._retry, self._order
         for message in again:
             count = tries[message.message_id] = tries.get(message.message_id, 0) + 1
             heapq.heappush(retry, (now + backoff.delay(count, RETRY_BASE, RETRY_CAP), next(order), message))
-        return len(again)
+        return _events(again)
 
     def due(self, now: float) -> None:
         """Retrying messages whose backoff is over become ready, and a probe may go once its wait is over."""
@@ -163,11 +163,11 @@ class PublisherState(Generic[T]):
     def channel_lost(self) -> int:
         """Nothing is in flight on a closed channel: everything unconfirmed goes first in the ready queue, oldest
         first, to be published again (the broker may or may not have it: resending is the at-least-once answer).
-        Returns how many will be published again."""
+        Returns how many events (a group counts all of its) will be published again."""
         again = self._keep(self._book.reset())
         self._ready.extendleft(reversed(again))
         self._stop_probing()  # a new channel starts with the whole window
-        return len(again)
+        return _events(again)
 
     def drop_stale(self) -> None:
         """Forget the waiting messages `is_current` no longer accepts. Unconfirmed ones are forgotten if they fail:
@@ -190,9 +190,8 @@ class PublisherState(Generic[T]):
         if self._tries:
             for message, _ in confirmed:
                 self._tries.pop(message.message_id, None)
-        groups = [m.traceparents for m, _ in confirmed if m.traceparents is not None]  # (cheaper than m.events)
-        events = len(confirmed) + sum(len(group) - 1 for group in groups)
-        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed, events)
+        return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed,
+                       _events(m for m, _ in confirmed))
 
     def _keep(self, entries: list[Entry[T]]) -> list[Outgoing[T]]:
         """The messages to publish again, their first publish time kept; stale ones forgotten."""
@@ -208,3 +207,8 @@ class PublisherState(Generic[T]):
     def _forget(self, message: Outgoing[T]) -> None:
         self._tries.pop(message.message_id, None)
         self._first_sent.pop(message.message_id, None)
+
+
+def _events(messages: Iterable[Outgoing[T]]) -> int:
+    """How many events `messages` carry: one each, all of its own for a group's (docs/adr/0095)."""
+    return sum(1 if m.traceparents is None else len(m.traceparents) for m in messages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Final
 
 import orjson
@@ -71,22 +72,25 @@ def split(body: bytes, headers: Mapping[str, object] | None) -> list[Message]:
 
 
 def part_properties(group: pika.BasicProperties, message: Message) -> pika.BasicProperties:
-    """The properties of a group's event as a message of its own (docs/events.md): its id, read from its body (the
-    group's message id if it has none), the group's type and timestamp, and its own headers."""
+    """The properties of a group's event as a message of its own (docs/events.md): its id and time, read from its
+    body (the group's where it has none), the group's type, and its own headers."""
     try:
-        found = orjson.loads(message.body).get("id")
-    except (orjson.JSONDecodeError, AttributeError):
-        found = None
+        data = orjson.loads(message.body)
+        found, occurred = data.get("id"), datetime.fromisoformat(data["occurred_at"])
+        timestamp = events.epoch_seconds(occurred) if occurred.tzinfo is not None else group.timestamp
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):  # judged malformed alone
+        found, timestamp = None, group.timestamp
     return pika.BasicProperties(
         message_id=found if isinstance(found, str) else group.message_id, type=group.type,
-        content_type=events.CONTENT_TYPE, timestamp=group.timestamp, delivery_mode=pika.DeliveryMode.Persistent,
+        content_type=events.CONTENT_TYPE, timestamp=timestamp, delivery_mode=pika.DeliveryMode.Persistent,
         headers=dict(message.headers) if message.headers else None)
 
 
 def publish_alone(publisher: Publishes, queues: ConsumerQueues, body: bytes, props: pika.BasicProperties) -> None:
     """Put one event of a group back into the work queue as a message of its own (a large post, fanned out in
     chunks apart from any batch), on a confirming channel; raises if the broker did not take it."""
-    publisher.basic_publish(queues.settle_exchange, queues.queue, body, props, mandatory=True)
+    alone = _copy_properties(props, policy.copy_headers(props.headers))  # without the broker's dead-letter history
+    publisher.basic_publish(queues.settle_exchange, queues.queue, body, alone, mandatory=True)
 
 
 def park(publisher: Publishes, queues: ConsumerQueues, dead: policy.Dead, delay_ms: int, body: bytes,

@@ -55,7 +55,7 @@ class Part:
 
     message: Message
     delivery_props: pika.BasicProperties
-    alone: bool  # the delivery is this event (not a group)
+    alone: bool  # the delivery is this message as it came (one event, or a group too malformed to split)
 
     @property
     def props(self) -> pika.BasicProperties:
@@ -72,7 +72,7 @@ class Part:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     tag: int
-    parts: list[Part]  # one event each: the message itself, or the events of a group
+    parts: list[Part]  # one event each: the message itself, or the events of a group (never empty)
 
     @classmethod
     def of(cls, tag: int, props: pika.BasicProperties, body: bytes) -> Delivery:
@@ -196,7 +196,7 @@ class Session:
     def _settle_batch(self, channel: BlockingChannel, publisher: SettleChannel, batch: list[Delivery],
                       results: list[Result]) -> None:
         self._running_batches -= 1
-        metrics.BATCH_SIZE.observe(len(batch))
+        metrics.BATCH_SIZE.observe(sum(len(d.parts) for d in batch))  # events, as the batch size counts them
         self._settle(channel, publisher, batch, results)
         self._dispatch(channel, publisher)
 
@@ -219,7 +219,7 @@ class Session:
                 del self._unsettled[delivery.tag]
                 continue
             acked.add(delivery.tag)
-            settled.extend(mine)
+            settled.extend(r for r in mine if not isinstance(r.outcome, policy.Large))  # counted when fanned out
         metrics.observe(settled)
         for tag, multiple in acks.frames(self._unsettled, acked):
             channel.basic_ack(tag, multiple=multiple)
@@ -230,15 +230,16 @@ class Session:
         """Whether the delivery may be acked: every part's retry copy or dead letter was taken by the broker, and
         the large post of a group went back to the work queue alone (to be fanned out as a message of its own).
         False: return it to the queue whole (its parts applied meanwhile are applied again, idempotently)."""
-        large = any(isinstance(r.outcome, policy.Large) for r in results)
-        if any(isinstance(r.outcome, policy.Requeue) for r in results) or (large and self._stopping.is_set()):
+        if any(isinstance(r.outcome, policy.Requeue) for r in results):
             return False
-        if large:  # in a group: a delivery of one large post went to the large fan-out threads (`_settle`)
-            for part, result in zip(delivery.parts, results, strict=True):
-                if isinstance(result.outcome, policy.Large) and not self._publish_alone(publisher, part, result):
-                    return False
-        return all(self._publish_outcome(publisher, part, result)
-                   for part, result in zip(delivery.parts, results, strict=True))
+        if len(results) == 1 and isinstance(results[0].outcome, policy.Large):
+            return False  # stopping (`_settle` hands it to a large fan-out thread otherwise): returned as it came
+        pairs = list(zip(delivery.parts, results, strict=True))
+        # Retry copies and dead letters first: a large post's copy goes last, once nothing can send the group back
+        # (a group returned after its copy went would copy it again on every return).
+        return all(self._publish_outcome(publisher, part, result) for part, result in pairs) and all(
+            self._publish_alone(publisher, part, result) for part, result in pairs
+            if isinstance(result.outcome, policy.Large))
 
     def _publish_alone(self, publisher: SettleChannel, part: Part, result: Result) -> bool:
         try:

@@ -27,7 +27,8 @@ DEAD_QUEUE_FULL = Counter("walfeed_worker_dead_queue_full_total",
 # effects, for applied events; what a follower waits for a post, end to end, on this worker's side.
 DELAY = Histogram("walfeed_worker_event_delay_seconds", "From the event's occurred_at to its effects committed",
                   ["type"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
-BATCH_SIZE = Histogram("walfeed_worker_batch_messages", "Messages applied together in one batch transaction",
+BATCH_SIZE = Histogram("walfeed_worker_batch_messages",
+                       "Events applied together in one batch transaction (a group's events each, docs/adr/0095)",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 
 

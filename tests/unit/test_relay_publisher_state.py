@@ -101,11 +101,22 @@ def test_a_nacked_group_is_published_again_whole() -> None:
     state.submit([group(range(0, 5))])
     state.to_publish(now=0.0)
     settled = state.nacked(1, multiple=False, now=0.0)
-    assert settled.events == 0 and state.retry(settled.failed, now=0.0) == 1
+    assert settled.events == 0 and state.retry(settled.failed, now=0.0) == 5  # events published again
     state.due(RETRY_CAP)
     (again,) = state.to_publish(now=RETRY_CAP)
     assert again == group(range(0, 5))
     assert state.acked(2, multiple=False).tokens == [range(0, 5)]
+
+
+def test_a_returned_group_and_the_groups_unconfirmed_on_a_lost_channel_go_again_whole_counted_in_events() -> None:
+    state: PublisherState[int | range] = PublisherState(window=3)
+    state.submit([group(range(0, 4)), message(4), group(range(5, 7))])
+    state.to_publish(now=0.0)
+    state.returned("m0")
+    settled = state.acked(1, multiple=False)  # the return came before its ack: it failed
+    assert settled.tokens == [] and state.retry(settled.failed, now=0.0) == 4
+    assert state.channel_lost() == 3  # message 4 and the group of 2: first again, oldest first
+    assert [m.token for m in state.to_publish(now=0.0)] == [4, range(5, 7)]
 
 
 def test_a_lost_channel_ends_probing() -> None:

@@ -291,13 +291,36 @@ def test_a_large_post_of_a_group_goes_back_to_the_queue_alone_and_is_fanned_out_
     assert w.queued(TOPOLOGY.fanout_queue) == [] and w.queued(TOPOLOGY.retry_queue) == []
 
 
-def test_a_group_with_a_large_post_found_while_stopping_is_returned_whole() -> None:
+def test_a_group_with_a_large_post_found_while_stopping_sends_the_large_post_back_alone() -> None:
     w = Worker(batches=1)
     w.effects.large_posts = {2}
     w.processor.during_batch = w.stopping.set
-    group = (post(1), post(2))
-    w.publish_group(*group)
+    small, large = post(1), post(2)
+    w.publish_group(small, large)
     channel = w.run()
-    assert channel.acks == [] and channel.nacks == [(1, True)]
-    assert w.queued(TOPOLOGY.fanout_queue) == [ev.encode_group([ev.encode(e) for e in group])]
+    assert channel.acks == [(1, True)] and channel.nacks == []  # the small post applied, the group settled
+    copy, = w.broker.queues[TOPOLOGY.fanout_queue].messages  # the large post alone, for the next worker
+    assert copy.body == ev.encode(large)
+    assert (copy.props.message_id, copy.props.content_type) == (str(large.id), ev.CONTENT_TYPE)
     assert w.effects.fanned_out == []
+
+
+def test_a_large_post_of_a_group_is_sent_back_only_once_its_neighbours_retry_copies_are_taken() -> None:
+    w = Worker(batches=1, max_attempts=3)
+    bad, large = post(1), post(2)
+    w.effects.failing[bad.id] = None
+    w.effects.large_posts = {2}
+    retry_queue = w.broker.queues[TOPOLOGY.retry_queue]
+    retry_queue.full = lambda: True  # type: ignore[method-assign]  # the retry copy is refused: the group returns
+    w.publish_group(bad, large)
+    batches = []
+
+    def third_stops() -> None:  # the group keeps coming back: stop while it is applied the third time
+        batches.append(1)
+        if len(batches) == 3:
+            w.stopping.set()
+
+    w.processor.during_batch = third_stops
+    channel = w.run()
+    assert len(channel.nacks) == 3 and channel.acks == []  # returned each time its neighbour's copy was refused
+    assert w.queued(TOPOLOGY.fanout_queue) == [ev.encode_group([ev.encode(bad), ev.encode(large)])]  # no copy

@@ -49,14 +49,15 @@ def test_trace_contexts_that_are_not_one_per_event_are_left_out(contexts: object
     assert [m.headers for m in broker.split(body, headers)] == [None, None]
 
 
-def test_an_events_own_properties_carry_its_id_and_the_groups_type_and_time() -> None:
+def test_an_events_own_properties_carry_its_id_and_time_and_the_groups_type() -> None:
     event = post(1)
     group = pika.BasicProperties(message_id="first", type=ev.POST_CREATED, timestamp=1_700_000_000,
                                  content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2)
     [message] = broker.split(ev.encode_group([ev.encode(event)]), {ev.TRACEPARENTS_HEADER: ["tp"]})
     props = broker.part_properties(group, message)
     assert (props.message_id, props.type, props.timestamp, props.content_type, props.delivery_mode) == (
-        str(event.id), ev.POST_CREATED, 1_700_000_000, ev.CONTENT_TYPE, 2)
+        str(event.id), ev.POST_CREATED, ev.epoch_seconds(event.occurred_at), ev.CONTENT_TYPE, 2)
     assert props.headers == {"traceparent": "tp"}
     [odd] = broker.split(b"[42]", None)
-    assert broker.part_properties(group, odd).message_id == "first"  # no id of its own: the group's
+    assert (broker.part_properties(group, odd).message_id, broker.part_properties(group, odd).timestamp) == (
+        "first", 1_700_000_000)  # no id or time of its own: the group's
