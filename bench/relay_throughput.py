@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pika
 import psycopg
 
@@ -43,9 +42,9 @@ from bench.lib import entry, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.cdc_relay.confirms import ConfirmBook
 from services.cdc_relay.messages import Outgoing, outgoing
-from services.core import events as ev
 from services.core.events import Event
 from services.core.topology import Topology
+from testkit.resources import event_ids
 
 INSERT = """
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -258,11 +257,8 @@ def lag_run(res: infra.Resources, url: str, env: dict[str, str], prefix: str, ra
     ch.queue_bind(queue, Topology(prefix).events_exchange, "#")
 
     def seen(_c: object, _m: object, props: pika.BasicProperties, body: bytes) -> None:
-        now = time.time()
-        if props.content_type != ev.GROUP_CONTENT_TYPE:
-            received[props.message_id] = now
-        else:  # WALFEED_RELAY_GROUP_MAX above 1 (ADR 0095): each event of the group arrived now
-            received.update((str(orjson.loads(one)["id"]), now) for one in ev.split_group(body))
+        now = time.time()  # each event of a group (WALFEED_RELAY_GROUP_MAX above 1, ADR 0095) arrived now
+        received.update((event_id, now) for event_id in event_ids(props, body))
 
     ch.basic_consume(queue, seen, auto_ack=True)
     relay = res.start("relay-lag", ["relay"], env)
