@@ -3,6 +3,7 @@ and the rebuild repairs them while posts, deletions, follows and unfollows keep 
 
 from __future__ import annotations
 
+import functools
 import random
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from testkit.processes import Processes
 from testkit.waiting import eventually
 from tests.integration.worker import world
 from tests.integration.worker.conftest import WORKER_ENV
+from tests.integration.worker.test_worker_process import _consuming
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -83,8 +85,11 @@ def writers(database_url: str) -> Iterator[list[Writer]]:
 
 def test_check_finds_exactly_the_corrupted_rows_and_rebuild_repairs_them_while_writes_flow(
         db: psycopg.Connection[Any], database_url: str, processes: Processes, writers: list[Writer]) -> None:
+    # The worker's queue exists before the relay publishes: an event returned unroutable waits out a backoff of up
+    # to 5 s, and a follow.created retried after the corruption below would backfill a removed row.
+    worker = processes.start("worker", "worker", env=ENV)
+    eventually(functools.partial(_consuming, worker), timeout=30, what="the worker consuming")
     processes.start("relay", "relay", env=ENV)
-    processes.start("worker", "worker", env=ENV)
     users = world.add_users(db, 24)
     rng = random.Random(73)
     celebrity = users[0]
