@@ -12,6 +12,9 @@
 --     (services/api/sql.py ADJUST_COUNTS), and the trigger below takes FOR SHARE on the same row before it adds
 --     an author: whichever of a new follow and an author's first pulled post commits first, the other sees it.
 -- `walfeed rebuild timelines` repairs flags that differ (services/cli/rebuild_sql.py).
+-- On a large database the UPDATE below rewrites every follow of every pulled author in one transaction (locks
+-- those rows; their follows and unfollows wait): run it by hand in batches of followees first, then this file
+-- finds nothing left to mark (docs/database.md).
 
 ALTER TABLE follows ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;
 
