@@ -130,37 +130,38 @@ def _ordered(template: LiteralString) -> dict[str, sql.Composed]:
 # (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader who
 # follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
 # worker ran). The first column is the reader's floor (one row with a NULL post when the range is empty): the caller
-# decides from it whether the page continues below the floor (paging.py).
+# decides from it whether the page continues below the floor (paging.py). Each branch reads `low` as a scalar
+# subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
 HOME_ABOVE_FLOOR: Final = _ordered("""
 WITH me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low FROM users WHERE id = %(user)s
 ), pushed AS (
-    SELECT t.post_id AS id FROM me, timelines t
+    SELECT t.post_id AS id FROM timelines t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
-    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= me.low
+    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
       AND (p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe per row, never a hash of the follow list
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
     ORDER BY t.post_id {order} LIMIT %(limit)s
 ), heads AS (
-    SELECT f.followee_id AS author_id, h.id FROM me, follows f CROSS JOIN LATERAL (
+    SELECT f.followee_id AS author_id, h.id FROM follows f CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
         WHERE p.author_id = f.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
-          AND p.id < %(before)s AND p.id >= me.low
+          AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
         ORDER BY p.id {order} LIMIT 1) h
     WHERE f.follower_id = %(user)s AND f.pulled
 ), bound AS (
     SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
     FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
 ), pulled AS (
-    SELECT x.id FROM me, bound b, heads h CROSS JOIN LATERAL (
+    SELECT x.id FROM bound b, heads h CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
         WHERE p.author_id = h.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
-          AND p.id < %(before)s AND p.id >= me.low AND p.id {within} b.edge
+          AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} b.edge
         ORDER BY p.id {order} LIMIT %(limit)s) x
     WHERE h.id {within} b.edge
 ), own AS (
-    SELECT p.id FROM me, posts p
-    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= me.low
+    SELECT p.id FROM posts p
+    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
     ORDER BY p.id {order} LIMIT %(limit)s
 ), page AS (
     SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM own
