@@ -209,6 +209,8 @@ def markdown(result: Mapping[str, Any]) -> str:
            "share; loadgen: this process (writers, watcher, broker listener).", ""]
     for kind, k in result["knee"].items():
         out.append(f"- knee, {kind.upper()} writers: {k:,} posts/s")
+    if result.get("http_over_sql") is not None:
+        out.append(f"- HTTP knee / SQL knee, same run: {result['http_over_sql']:.2f}")
     for kind, skipped in result["skipped"].items():
         why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
         out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
@@ -278,7 +280,8 @@ def main() -> int:
     skipped = {k: v for k, v in skipped.items() if v}
     meta["load_after"] = entry.load_avg()
     knees = {k: knee.knee([s for s in results if s["kind"] == k]) for k in kinds}
-    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted}
+    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted,
+              "http_over_sql": knee.ratio(knees)}
     (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "report.md").write_text(markdown(result))
     from bench.lib import plots  # matplotlib is the bench extra: needed only here
