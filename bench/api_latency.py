@@ -26,8 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -179,18 +177,6 @@ def throughput(port: int, api_pid: int, floor: tuple[int, int], url: str, author
     return summary
 
 
-def profile(port: int, api_pid: int, requests: list[bytes], args: argparse.Namespace) -> None:
-    """Samples every api process with py-spy while the same post load runs (profiling slows the api: the
-    numbers of this run are not reported)."""
-    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(api_pid),
-                            "--subprocesses", "--rate", "250", "--format", "raw", "--output", args.profile,
-                            "--duration", str(args.seconds + 1)], stdout=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds)
-    spy.wait(60)
-    print(f"profile: {args.profile}")
-
-
 def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[list[float], list[float], int]:
     first: list[float] = []
     for _ in range(n):
@@ -271,7 +257,8 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
                 args.json.write_text(json.dumps({"meta": {k: v for k, v in vars(args).items() if k != "json"},
                                                  "throughput": summary}, indent=2, default=str))
             if args.profile:
-                profile(port, api.pid, post_requests([a for _, a in authors]), args)
+                closedloop.profiled_load(port, api.pid, post_requests([a for _, a in authors]), b"HTTP/1.1 201",
+                                         args.clients, args.seconds, args.profile)
         if args.only in (None, "timeline"):
             first, scroll, pages = timeline_reads(client, reader, 200)
             print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")

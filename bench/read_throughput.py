@@ -140,6 +140,8 @@ def main() -> int:
     parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX per api process (and floor app)")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-reads)")
     parser.add_argument("--json", type=Path, help="also write the samples and medians to this file")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the api during one extra run of the first --follows "
+                                                          "group after the rounds; collapsed stacks to FILE")
     args = parser.parse_args()
     args.follows = [int(x) for x in str(args.follows).split(",") if x]
     if args.seconds < 3:
@@ -213,6 +215,9 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
                 print(f"{i + 1:>4} {g.follows:>7} {kind:>7} {s.rate:>9.0f} {s.api:>10.2f} {s.db:>9.2f} "
                       f"{s.client:>13.2f} {s.per_read_ms(s.api):>12.3f} {s.per_read_ms(s.db):>11.3f}", flush=True)
     summary = {follows: report(follows, r) for follows, r in results.items()}
+    if args.profile:
+        closedloop.profiled_load(port, api.pid, requests(groups[0].first, groups[0].last), b"HTTP/1.1 200",
+                                 args.clients, args.seconds, args.profile)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         args.json.write_text(json.dumps({
