@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from services.api import store
 from services.api.deps import ReadAfter, Token, read
@@ -18,7 +18,7 @@ KIND = "home"
 @router.get("/timeline", response_model=Page, tags=["timeline"],
             responses=BAD_CURSOR_OR_TOKEN)
 async def timeline(token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
-                   cursor: CursorParam = None) -> Page:
+                   cursor: CursorParam = None) -> Response:
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates."""
     before = decode_cursor(KIND, cursor)
     rows = await read(request, token, after, lambda db, me: store.home_timeline(db, me, before, limit + 1))
