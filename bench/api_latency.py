@@ -206,6 +206,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP keep-alive connections")
     parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX (per worker process)")
     parser.add_argument("--workers", type=int, default=2, help="WALFEED_API_WORKERS of the api under test")
+    parser.add_argument("--server", choices=["granian", "uvicorn"], default="granian",
+                        help="WALFEED_API_SERVER of the api, and the floor app's server")
     parser.add_argument("--pairs", type=int, default=3, help="api/pgbench throughput pairs (ABAB)")
     parser.add_argument("--only", choices=["latency", "throughput", "timeline"], help="run one part only")
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
@@ -228,14 +230,14 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     port = free_port()
     env = {"WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
-           "WALFEED_API_WORKERS": str(args.workers),
+           "WALFEED_API_WORKERS": str(args.workers), "WALFEED_API_SERVER": args.server,
            # the write path as in production, the limiter counting every post, with a limit no run reaches
            "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "1000000" if args.rate_limit else "0",
            **otlp_sink.endpoint(args.otlp)}
     api = res.start("api", ["api", "--port", str(port)], env)
     floor_port = free_port()
-    floor = res.start("floor", ["--port", str(floor_port), "--workers", str(args.workers), "--pool", str(args.pool)],
-                      {"WALFEED_DATABASE_URL": url}, module="bench.floor_app")
+    floor = res.start("floor", ["--port", str(floor_port), "--workers", str(args.workers), "--pool", str(args.pool),
+                                "--server", args.server], {"WALFEED_DATABASE_URL": url}, module="bench.floor_app")
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)
         big_id, big = signup(client, "big")
@@ -246,7 +248,8 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
         print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
               f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
 
-        print(f"api: {args.workers} worker process(es), pool {args.pool} each; {args.clients} HTTP clients")
+        print(f"api and floor app on {args.server}: {args.workers} worker process(es), pool {args.pool} each; "
+              f"{args.clients} HTTP clients")
         if args.only in (None, "latency"):
             post_latency(client, small, big, 30)  # warm-up
             latency_rounds(client, small, big, args.requests, args.rounds)

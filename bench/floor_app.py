@@ -1,16 +1,18 @@
 """The framework's floor: a minimal FastAPI app doing the api's work with nothing of walfeed around it.
 
-    python -m bench.floor_app --port P --workers N --pool M   (database: WALFEED_DATABASE_URL)
+    python -m bench.floor_app --port P --workers N --pool M [--server granian|uvicorn]   (WALFEED_DATABASE_URL)
 
-Same server as `walfeed api` (uvicorn with httptools and uvloop, N processes, a pool of M connections each, no
-access log). GET /page?user=ID runs the bare page statement (a reader's newest 20 timeline rows joined with their
-posts) and POST /posts?author=ID the api's one-statement insert of a post and its outbox row (sql.CREATE_POST); the
-rows go to JSON with orjson. No auth, no validation beyond FastAPI's own of the query, no middleware.
+The same server as `walfeed api` (granian, or uvicorn with httptools and uvloop: --server, as WALFEED_API_SERVER),
+N processes, a pool of M connections each, no access log. GET /page?user=ID runs the bare page statement (a
+reader's newest 20 timeline rows joined with their posts) and POST /posts?author=ID the api's one-statement insert
+of a post and its outbox row (sql.CREATE_POST); the rows go to JSON with orjson. No auth, no validation beyond
+FastAPI's own of the query, no middleware.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +22,9 @@ import orjson
 import psycopg
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces, Loops
+from granian.log import LogLevels
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -65,7 +70,14 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--pool", type=int, default=4)
+    parser.add_argument("--server", choices=["granian", "uvicorn"], default="granian")
     args = parser.parse_args()
     os.environ["FLOOR_POOL"] = str(args.pool)
-    uvicorn.run("bench.floor_app:app", factory=True, host="127.0.0.1", port=args.port, workers=args.workers,
-                loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    if args.server == "uvicorn":
+        uvicorn.run("bench.floor_app:app", factory=True, host="127.0.0.1", port=args.port, workers=args.workers,
+                    loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    else:  # as services/api/main.py runs it
+        multiprocessing.set_start_method("spawn", force=True)
+        Granian("bench.floor_app:app", factory=True, address="127.0.0.1", port=args.port, interface=Interfaces.ASGI,
+                workers=args.workers, loop=Loops.auto, http=HTTPModes.http1, websockets=False,
+                log_level=LogLevels.warning).serve()

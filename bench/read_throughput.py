@@ -138,6 +138,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16, help="keep-alive HTTP connections")
     parser.add_argument("--workers", type=int, default=2, help="WALFEED_API_WORKERS (and the floor app's processes)")
     parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX per api process (and floor app)")
+    parser.add_argument("--server", choices=["granian", "uvicorn"], default="granian",
+                        help="WALFEED_API_SERVER of the api, and the floor app's server")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-reads)")
     parser.add_argument("--json", type=Path, help="also write the samples and medians to this file")
     parser.add_argument("--profile", metavar="FILE", help="py-spy the api during one extra run of the first --follows "
@@ -173,9 +175,10 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     port, floor_port = free_port(), free_port()
     api = res.start("api", ["api", "--port", str(port)], {
         "WALFEED_DATABASE_URL": url, "WALFEED_API_WORKERS": str(args.workers), "WALFEED_API_POOL_MAX": str(args.pool),
-        "WALFEED_API_POOL_MIN": str(min(4, args.pool)), "WALFEED_LOG_LEVEL": "WARNING"})
-    floor = res.start("floor", ["--port", str(floor_port), "--workers", str(args.workers), "--pool", str(args.pool)],
-                      {"WALFEED_DATABASE_URL": url}, module="bench.floor_app")
+        "WALFEED_API_POOL_MIN": str(min(4, args.pool)), "WALFEED_LOG_LEVEL": "WARNING",
+        "WALFEED_API_SERVER": args.server})
+    floor = res.start("floor", ["--port", str(floor_port), "--workers", str(args.workers), "--pool", str(args.pool),
+                                "--server", args.server], {"WALFEED_DATABASE_URL": url}, module="bench.floor_app")
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)
         for g in groups:
@@ -186,8 +189,8 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
         eventually(lambda: _answers(client, groups[0].first), timeout=60, what="the floor app to answer")
     connections = args.workers * args.pool
     print(f"{args.readers} readers for each of {', '.join(map(str, args.follows))} followed authors (4 celebrities); "
-          f"api and floor app {args.workers} processes x pool {args.pool}; {args.clients} HTTP clients; pgbench "
-          f"{connections} connections; nproc {os.cpu_count()}")
+          f"api and floor app on {args.server}, {args.workers} processes x pool {args.pool}; {args.clients} HTTP "
+          f"clients; pgbench {connections} connections; nproc {os.cpu_count()}")
     print(f"{'run':>4} {'follows':>7} {'kind':>7} {'reads/s':>9} {'srv cores':>10} {'db cores':>9} "
           f"{'client cores':>13} {'srv ms/read':>12} {'db ms/read':>11}")
     results: dict[int, dict[str, list[Sample]]] = {g.follows: {k: [] for k in KINDS} for g in groups}
@@ -222,6 +225,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "meta": {"readers": args.readers, "workers": args.workers, "pool": args.pool, "clients": args.clients,
+                     "server": args.server,
                      "seconds": args.seconds, "pairs": args.pairs, "nproc": os.cpu_count()},
             "follows": {str(f): {"summary": summary[f], "samples": {k: [asdict(s) for s in v] for k, v in r.items()}}
                         for f, r in results.items()}}, indent=2))
