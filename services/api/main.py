@@ -32,13 +32,15 @@ from fastapi import FastAPI
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces, Loops
 from prometheus_client import CollectorRegistry, start_http_server
+from starlette.types import ASGIApp
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from services.api.app import create_app, scrape_registry
 from services.api.config import ApiSettings
 from services.core import logs, sdnotify
 from services.core.settings import Settings
 
-__all__ = ["create_app", "run", "worker_app"]
+__all__ = ["create_app", "granian_app", "run", "worker_app"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,7 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
 
 
 WORKER_APP = "services.api.main:worker_app"
+GRANIAN_APP = "services.api.main:granian_app"
 _PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 
 
@@ -151,12 +154,19 @@ def _serve_granian(host: str, port: int, workers: int) -> None:
     multiprocessing.set_start_method("spawn", force=True)
     level = logging.getLogger().level
     handlers = logging.getLogger().handlers[:]
-    server = Granian(WORKER_APP, factory=True, address=host, port=port, interface=Interfaces.ASGI, workers=workers,
+    server = Granian(GRANIAN_APP, factory=True, address=host, port=port, interface=Interfaces.ASGI, workers=workers,
                      loop=Loops.auto, http=HTTPModes.http1, websockets=False, log_access=False,
                      log_dictconfig=_GRANIAN_LOGS, respawn_failed_workers=True, workers_kill_timeout=GRACE_SECONDS)
     logging.getLogger().handlers[:] = handlers  # granian configured logging: ours again
     logging.getLogger().setLevel(level)
     server.serve()
+
+
+def granian_app() -> ASGIApp:
+    """worker_app behind the X-Forwarded-For handling uvicorn applies itself: the client address (the rate limits'
+    partition) is the forwarded one when the peer is trusted, by the same FORWARDED_ALLOW_IPS and default."""
+    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+    return ProxyHeadersMiddleware(worker_app(), trusted_hosts=trusted)  # type: ignore[arg-type,return-value]
 
 
 def worker_app() -> FastAPI:
