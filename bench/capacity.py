@@ -61,8 +61,9 @@ STEPS = (250, 500, 1000, 2000, 4000)
 QUICK_STEPS = (250, 1000, 2000)
 KINDS = ("sql", "http")
 WORKERS = 2
-# 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429
-API_DEFAULTS = {"WALFEED_API_WORKERS": "2", "WALFEED_API_POOL_MAX": "8", "WALFEED_API_WRITE_LIMIT": "0"}
+# 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429. Its
+# processes and pools are the api's own defaults (one worker per CPU, ADR 0111).
+API_DEFAULTS = {"WALFEED_API_WRITE_LIMIT": "0"}
 COMPONENTS = ("api", "relay", "workers", "postgres", "rabbitmq", "loadgen")
 
 
