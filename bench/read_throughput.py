@@ -11,11 +11,11 @@ rows, floor below), starts the real `walfeed api` (--workers processes, pool --p
 (bench/floor_app.py: same server, processes and pool) and measures, in rounds run one after the other:
 
 1. api: first pages (20 posts) of random readers over --clients keep-alive connections, closed loop;
-2. floor: the same clients against a minimal FastAPI app running the bare page statement (3.) and answering its
+2. floor: the same clients against a minimal FastAPI app running the bare page statement (4.) and answering its
    rows as JSON with orjson, no auth: the framework's floor for a page; `api / floor app` is what walfeed's own
-   code (auth, the read's design, validation, middleware, the response) costs on top of FastAPI and uvicorn;
-3. design: pgbench running the api's read statement itself (TIMELINE_ABOVE_FLOOR: materialized rows merged with
-   pulled, pending and own posts) with the same connections as the api's pools;
+   code (auth, the read's design, validation, middleware, the response) costs on top of FastAPI and its server;
+3. design: pgbench running the api's read statement itself (HOME_ABOVE_FLOOR: materialized rows merged with
+   the pulled followees' and the reader's own posts) with the same connections as the api's pools;
 4. bare: pgbench reading a page of a reader's materialized timeline joined with posts, one statement: the cheapest
    way the database serves a page of 20 posts (the ceiling; it skips the celebrity merge, which the design pays).
 
@@ -87,11 +87,11 @@ def pgbench_script(statement: str, first: int, last: int) -> str:
 
 
 def design_statement() -> str:
-    """The api's read statement (sql.TIMELINE_ABOVE_FLOOR) with pgbench variables: the page above the reader's
-    floor, 21 rows asked (the api asks one more than it shows, to know whether a next page exists)."""
-    text = sql.TIMELINE_ABOVE_FLOOR.replace("%(user)s", ":user").replace("%(before)s", "9223372036854775807")
-    text = text.replace("%(floor)s", "(SELECT timeline_floor FROM users WHERE id = :user)")
-    text = text.replace("%(limit)s", "21")
+    """The api's read statement (sql.HOME_ABOVE_FLOOR, newest first) with pgbench variables: the first page, 21
+    rows asked (the api asks one more than it shows, to know whether a next page exists)."""
+    text = sql.HOME_ABOVE_FLOOR["newest"].as_string(None)
+    text = text.replace("%(user)s", ":user").replace("%(before)s", "9223372036854775807")
+    text = text.replace("%(after)s", "0").replace("%(limit)s", "21")
     assert "%(" not in text, text
     return text
 

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
-from psycopg.sql import SQL
+from psycopg.sql import SQL, Composable
 
 Plan = dict[str, Any]
 
 PARTITION = re.compile(r"timelines_p\d\d")  # a hash partition of timelines (db/init/012)
 
 
-def explain(db: psycopg.Connection[dict[str, Any]], statement: SQL | str, params: Mapping[str, Any], *,
+def explain(db: psycopg.Connection[dict[str, Any]], statement: Composable | str, params: Mapping[str, Any], *,
             analyze: bool = False) -> Plan:
     """The root node of the statement's plan; with `analyze` the statement runs (the caller rolls it back)."""
     options = "ANALYZE, TIMING OFF, FORMAT JSON" if analyze else "FORMAT JSON"

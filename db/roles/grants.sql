@@ -20,6 +20,8 @@ GRANT SELECT ON users, follows, posts, timelines TO {api};
 GRANT INSERT (handle, token_hash) ON users TO {api};
 GRANT UPDATE (follower_count, following_count) ON users TO {api};  -- also what LOCK_PAIR's FOR NO KEY UPDATE needs
 GRANT INSERT (follower_id, followee_id), DELETE ON follows TO {api};
+GRANT UPDATE (pulled) ON follows TO {api};  -- ADJUST_COUNTS marks a new follow of a pulled author (db/init/015)
+GRANT SELECT ON pulled_authors TO {api};
 GRANT INSERT (author_id, body, idempotency_key, request_hash) ON posts TO {api};
 GRANT UPDATE (deleted_at) ON posts TO {api};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};
@@ -61,6 +63,10 @@ GRANT EXECUTE ON FUNCTION walfeed_relay_checkpoint(text), walfeed_relay_checkpoi
 -- row of an event (visibility and authenticity checks), its idempotency records.
 GRANT SELECT, INSERT, DELETE ON timelines TO {worker};
 GRANT SELECT ON posts, users, follows, outbox TO {worker};
+-- walfeed rebuild timelines (run as the worker's role) repairs follows.pulled (db/init/015); the flags are
+-- otherwise kept by 015's triggers, which run as their owner.
+GRANT SELECT ON pulled_authors TO {worker};
+GRANT UPDATE (pulled) ON follows TO {worker};
 GRANT UPDATE (fanned_out) ON posts TO {worker};
 GRANT UPDATE (timeline_floor) ON users TO {worker};
 GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {worker};

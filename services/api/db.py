@@ -37,8 +37,14 @@ class _RecentUse:
 
 
 def session_options(statement_timeout: float) -> str:
-    """libpq `options` of every api connection: each statement may run `statement_timeout` seconds at most."""
-    return f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
+    """libpq `options` of every api connection: each statement may run `statement_timeout` seconds at most, and a
+    statement psycopg has prepared (from its 5th execution on a connection) runs its generic plan, planned once.
+    Under Postgres's default a statement whose generic plan is estimated dearer than its custom ones is planned
+    again at every execution: the home read's generic plan is priced over all 32 partitions of timelines, which
+    it prunes to one when it starts, so it was planned anew for 0.6-0.8 ms each time, three times what it costs to
+    run (docs/adr/0096; tests/integration/api/test_plans.py checks the generic plans)."""
+    return (f"-c statement_timeout={max(1, round(statement_timeout * 1000))} "
+            "-c plan_cache_mode=force_generic_plan")
 
 
 def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "",

@@ -66,6 +66,13 @@ class Page(BaseModel):
     next_cursor: str | None
 
 
+class HomePage(Page):
+    next_cursor: str | None = Field(description="the page of older posts; null when there are none")
+    prev_cursor: str | None = Field(
+        description="the page of newer posts, the ones just above this page's newest (posts that arrive later "
+                    "show up there); null only on an empty page that was not itself asked for newer posts")
+
+
 class ReplicaStatus(BaseModel):
     status: str = Field(description="ok, unreachable (reads go to the primary) or not-a-standby")
     lag_bytes: Annotated[int | None, Field(description="WAL the replica has still to replay behind the primary")] = None
@@ -91,9 +98,9 @@ def post_json(row: dict[str, Any]) -> bytes:
     return orjson.dumps(_post_fields(row))
 
 
-def page_json(rows: list[dict[str, Any]], next_cursor: str | None) -> bytes:
-    """The Page representation of posts rows as JSON, built directly as post_json is."""
-    return orjson.dumps({"items": [_post_fields(r) for r in rows], "next_cursor": next_cursor})
+def page_json(rows: list[dict[str, Any]], next_cursor: str | None, **more_cursors: str | None) -> bytes:
+    """A Page (or HomePage, with its prev_cursor) of posts rows as JSON, built directly as post_json is."""
+    return orjson.dumps({"items": [_post_fields(r) for r in rows], "next_cursor": next_cursor, **more_cursors})
 
 
 

@@ -1,6 +1,8 @@
 """Every statement the API runs, as named constants with bound parameters only."""
 
-from typing import Final
+from typing import Final, LiteralString
+
+from psycopg import sql
 
 AUTHENTICATE: Final = "SELECT id, token_hash FROM users WHERE token_hash = %(hash)s"
 
@@ -44,7 +46,14 @@ DELETE FROM follows WHERE follower_id = %(follower)s AND followee_id = %(followe
 RETURNING followee_id
 """
 LOCK_PAIR: Final = "SELECT id FROM users WHERE id = ANY(%(ids)s) ORDER BY id FOR NO KEY UPDATE"
+# With the pair locked: a new follow of a pulled author is marked here, in case that author's first pulled post
+# committed while the follow's own insert ran (db/init/015: both sides lock the followee's users row).
 ADJUST_COUNTS: Final = """
+WITH pulled AS (
+    UPDATE follows SET pulled = true
+    WHERE %(delta)s > 0 AND follower_id = %(follower)s AND followee_id = %(followee)s AND NOT pulled
+      AND EXISTS (SELECT 1 FROM pulled_authors WHERE author_id = %(followee)s)
+)
 UPDATE users SET
     following_count = following_count + CASE WHEN id = %(follower)s THEN %(delta)s ELSE 0 END,
     follower_count  = follower_count  + CASE WHEN id = %(followee)s THEN %(delta)s ELSE 0 END
@@ -102,65 +111,100 @@ WHERE author_id = %(author)s AND deleted_at IS NULL AND id < %(before)s
 ORDER BY id DESC LIMIT %(limit)s
 """
 
-TIMELINE_FLOOR: Final = "SELECT timeline_floor FROM users WHERE id = %(user)s"
+# Home timeline (docs/adr/0096). Both statements come in two orders: newest first (a page older than `before`, or the
+# newest page above `after`) and oldest first (the page just above `after`, for paging towards newer posts); the
+# range is always after < id < before. psycopg.sql composes each order's keywords into the text, never a value:
+# `farthest` picks the far end of a set of ids in that order, `within` compares an id with it, `everything` is the
+# far end that leaves nothing out.
+_ORDERS: Final = {
+    "newest": {"order": sql.SQL("DESC"), "farthest": sql.SQL("min"), "within": sql.SQL(">="),
+               "everything": sql.Literal(0)},
+    "oldest": {"order": sql.SQL("ASC"), "farthest": sql.SQL("max"), "within": sql.SQL("<="),
+               "everything": sql.Literal(2**63 - 1)},
+}
 
-# Home timeline at or above the user's floor: the materialized rows, filtered at read time (stale rows of
-# unfollowed authors or deleted posts the worker has not removed yet are skipped), merged with the posts that
-# are not in timelines: pulled (celebrity, fanned_out = false, posts_pulled_idx), not decided yet (fanned_out
-# IS NULL, posts_pending_idx) and the user's own (posts_author_idx). One LATERAL probe per followed author on a
-# partial index that only holds posts not fanned out, each bounded by the page size.
-TIMELINE_ABOVE_FLOOR: Final = """
-WITH authors AS (
-    SELECT followee_id AS author_id FROM follows WHERE follower_id = %(user)s
-),
-pushed AS (
-    SELECT t.post_id AS id FROM timelines t
+
+def _ordered(template: LiteralString) -> dict[str, sql.Composed]:
+    return {name: sql.SQL(template).format(**tokens) for name, tokens in _ORDERS.items()}
+
+
+# Several authors' posts in a range, bounded by the page and not by the number of authors (each author's posts are
+# one index range): first each author's nearest post in the range (its head: one index descent each); when there
+# are at least `limit` heads, the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct
+# posts are nearer), so only the authors whose head is within that edge (at most `limit`) are read further, up to
+# `limit` posts each. Cost: one descent per author, then at most limit x limit index entries.
+# At or above the reader's floor, ONE statement: the reader's materialized rows (one range scan of the reader's
+# partition of timelines, each row checked against posts and follows: stale rows of unfollowed authors or deleted
+# posts the worker has not removed yet are skipped), merged with the posts of the reader's pulled followees
+# (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader who
+# follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
+# worker ran). The first column is the reader's floor (one row with a NULL post when the range is empty): the caller
+# decides from it whether the page continues below the floor (paging.py).
+HOME_ABOVE_FLOOR: Final = _ordered("""
+WITH me AS MATERIALIZED (
+    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low FROM users WHERE id = %(user)s
+), pushed AS (
+    SELECT t.post_id AS id FROM me, timelines t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
-    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= %(floor)s
-      AND (p.author_id = %(user)s OR EXISTS (
-            SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id))
-    ORDER BY t.post_id DESC LIMIT %(limit)s
-),
-pulled AS (
-    SELECT x.id FROM authors a CROSS JOIN LATERAL (
+    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= me.low
+      AND (p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe per row, never a hash of the follow list
+            SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
+    ORDER BY t.post_id {order} LIMIT %(limit)s
+), heads AS (
+    SELECT f.followee_id AS author_id, h.id FROM me, follows f CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
-        WHERE p.author_id = a.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
-          AND p.id < %(before)s AND p.id >= %(floor)s
-        ORDER BY p.id DESC LIMIT %(limit)s) x
-),
-pending AS (
-    SELECT x.id FROM authors a CROSS JOIN LATERAL (
+        WHERE p.author_id = f.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
+          AND p.id < %(before)s AND p.id >= me.low
+        ORDER BY p.id {order} LIMIT 1) h
+    WHERE f.follower_id = %(user)s AND f.pulled
+), bound AS (
+    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
+    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
+), pulled AS (
+    SELECT x.id FROM me, bound b, heads h CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
-        WHERE p.author_id = a.author_id AND p.fanned_out IS NULL AND p.deleted_at IS NULL
-          AND p.id < %(before)s AND p.id >= %(floor)s
-        ORDER BY p.id DESC LIMIT %(limit)s) x
-),
-own AS (
-    SELECT p.id FROM posts p
-    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= %(floor)s
-    ORDER BY p.id DESC LIMIT %(limit)s
-),
-page AS (
-    SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM pending UNION SELECT id FROM own
-    ORDER BY id DESC LIMIT %(limit)s
+        WHERE p.author_id = h.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
+          AND p.id < %(before)s AND p.id >= me.low AND p.id {within} b.edge
+        ORDER BY p.id {order} LIMIT %(limit)s) x
+    WHERE h.id {within} b.edge
+), own AS (
+    SELECT p.id FROM me, posts p
+    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= me.low
+    ORDER BY p.id {order} LIMIT %(limit)s
+), page AS (
+    SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM own
+    ORDER BY id {order} LIMIT %(limit)s
 )
-SELECT p.id, p.author_id, p.body, p.created_at FROM page JOIN posts p ON p.id = page.id
-ORDER BY p.id DESC
-"""
+SELECT me.floor, p.id, p.author_id, p.body, p.created_at
+FROM me LEFT JOIN (page JOIN posts p ON p.id = page.id) ON true
+ORDER BY p.id {order}
+""")
 
-# Home timeline below the floor (rows may have been trimmed or never backfilled): fan-in from the source of
-# truth, one LATERAL probe per followed author (and the user) on posts_author_idx, each bounded by the page size.
-TIMELINE_FAN_IN: Final = """
+# Below the floor (rows trimmed, or never backfilled), from the source of truth: the posts of every followed account
+# and the reader's, bounded as above (posts_author_idx).
+HOME_BELOW_FLOOR: Final = _ordered("""
 WITH authors AS (
-    SELECT followee_id AS author_id FROM follows WHERE follower_id = %(user)s
-    UNION ALL SELECT %(user)s
+    SELECT followee_id AS author_id FROM follows WHERE follower_id = %(user)s UNION ALL SELECT %(user)s
+), heads AS (
+    SELECT a.author_id, h.id FROM authors a CROSS JOIN LATERAL (
+        SELECT p.id FROM posts p
+        WHERE p.author_id = a.author_id AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id > %(after)s
+        ORDER BY p.id {order} LIMIT 1) h
+), bound AS (
+    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
+    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
+), page AS (
+    SELECT x.id FROM bound b, heads h CROSS JOIN LATERAL (
+        SELECT p.id FROM posts p
+        WHERE p.author_id = h.author_id AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id > %(after)s
+          AND p.id {within} b.edge
+        ORDER BY p.id {order} LIMIT %(limit)s) x
+    WHERE h.id {within} b.edge
+    ORDER BY x.id {order} LIMIT %(limit)s
 )
-SELECT x.id, x.author_id, x.body, x.created_at FROM authors a CROSS JOIN LATERAL (
-    SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
-    WHERE p.author_id = a.author_id AND p.deleted_at IS NULL AND p.id < %(before)s
-    ORDER BY p.id DESC LIMIT %(limit)s) x
-ORDER BY x.id DESC LIMIT %(limit)s
-"""
+SELECT p.id, p.author_id, p.body, p.created_at FROM page JOIN posts p ON p.id = page.id ORDER BY p.id {order}
+""")
+
 
 # Notifications (docs/notifications.md). The caller's own, newest first, withdrawn ones left out
 # (notifications_recipient_idx); `read` against the caller's marker.

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from services.api import paging, sql
@@ -16,13 +17,14 @@ from services.core.events import Event
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 Row = dict[str, Any]
+Query = LiteralString | pgsql.Composed  # a constant of services/api/sql.py
 
 
-async def _one(conn: Conn, query: LiteralString, params: dict[str, Any]) -> Row | None:
+async def _one(conn: Conn, query: Query, params: dict[str, Any]) -> Row | None:
     return await (await conn.execute(query, params)).fetchone()
 
 
-async def _all(conn: Conn, query: LiteralString, params: dict[str, Any]) -> list[Row]:
+async def _all(conn: Conn, query: Query, params: dict[str, Any]) -> list[Row]:
     return await (await conn.execute(query, params)).fetchall()
 
 
@@ -143,21 +145,20 @@ async def author_posts(conn: Conn, author: int, before: int, fetch: int) -> list
     return await _all(conn, sql.AUTHOR_POSTS, {"author": author, "before": before, "limit": fetch})
 
 
-async def home_timeline(conn: Conn, user: int, before: int | None, fetch: int) -> list[Row]:
-    """Up to `fetch` posts of the home timeline below `before`, newest first: at most three index-backed
-    statements in one read-only snapshot, whatever the number of followed accounts."""
-    rows: list[Row] = []
-    async with conn.transaction():
-        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        floor_row = await _one(conn, sql.TIMELINE_FLOOR, {"user": user})
-        floor = int(floor_row["timeline_floor"]) if floor_row else 0
-        segment: paging.Segment | None = paging.first_segment(before, floor)
-        while segment is not None and len(rows) < fetch:
-            query = sql.TIMELINE_ABOVE_FLOOR if segment.source == "materialized" else sql.TIMELINE_FAN_IN
-            rows += await _all(conn, query, {"user": user, "before": segment.before, "floor": segment.floor,
-                                             "limit": fetch - len(rows)})
-            segment = paging.next_segment(segment, len(rows), fetch)
-    return rows
+async def home_timeline(conn: Conn, user: int, page: paging.Range) -> list[Row]:
+    """Up to `page.fetch` posts of the home timeline within the page's range, in its order: one statement in the
+    common case, a second one only for the part of the range below the reader's floor (docs/adr/0096). Each is a
+    snapshot of its own: their id ranges do not overlap, so no post appears twice."""
+    params = {"user": user, "after": page.after, "before": page.before, "limit": page.fetch}
+    found = await _all(conn, sql.HOME_ABOVE_FLOOR[page.order], params)
+    floor = int(found[0]["floor"]) if found else 0
+    above = [row for row in found if row["id"] is not None]
+    rest = paging.below_floor(page, floor, len(above))
+    if rest is None:
+        return above
+    below = await _all(conn, sql.HOME_BELOW_FLOOR[rest.order], {
+        "user": user, "after": rest.after, "before": rest.before, "limit": rest.fetch})
+    return paging.combine(page, above, below)
 
 
 # Notifications (docs/notifications.md).

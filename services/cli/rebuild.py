@@ -43,6 +43,7 @@ class Totals:
     inserted: int = 0
     deleted: int = 0
     floors: int = 0
+    flags: int = 0
     last_user: int = 0
 
 
@@ -63,19 +64,25 @@ def run(settings: Settings, *, users: Sequence[int], all_users: bool, after: int
             if check and settle and any(d.differs for d in diffs):
                 diffs = _settled(conn, diffs, settle)
             differing = [d for d in diffs if d.differs]
+            flags = _wrong_flags(conn, batch)
             if check:
                 for d in differing:
                     print(td.describe(d), file=out, flush=True)
+                for user, followees in sorted(flags.items()):
+                    print(f"user {user}: follows.pulled wrong for followees {', '.join(map(str, followees))}",
+                          file=out, flush=True)
             else:
                 _repair(conn, differing, totals)
+                if flags:
+                    totals.flags += conn.execute(q.REPAIR_FLAGS, {"user_ids": sorted(flags)}).rowcount
             totals.checked += len(batch)
-            totals.differing += len(differing)
+            totals.differing += len({d.user_id for d in differing} | flags.keys())
             totals.last_user = batch[-1]
             _progress(totals, check, all_users, progress)
     verb = "differ" if check else "repaired"
     print(f"{totals.checked} users checked, {totals.differing} {verb}"
           + ("" if check else f": {totals.inserted} rows inserted, {totals.deleted} deleted, "
-             f"{totals.floors} floors raised"), file=out, flush=True)
+             f"{totals.floors} floors raised, {totals.flags} pulled flags set"), file=out, flush=True)
     return 1 if check and totals.differing else 0
 
 
@@ -115,6 +122,14 @@ def _diff(conn: Conn, user_ids: list[int]) -> list[td.Diff]:
             if r["stray"] is not None:
                 stray[r["user_id"]].append(td.Stray(row, r["stray"], r["post_author"]))
     return [td.diff(td.Observed(u, floors[u], expected[u], actual[u], stray[u]), TIMELINE_CAP) for u in ids]
+
+
+def _wrong_flags(conn: Conn, user_ids: list[int]) -> dict[int, list[int]]:
+    """The batch's users whose follows.pulled flags disagree with pulled_authors, with those followees."""
+    wrong: dict[int, list[int]] = defaultdict(list)
+    for r in conn.execute(q.FLAGS_WRONG, {"user_ids": user_ids}):
+        wrong[r["follower_id"]].append(r["followee_id"])
+    return dict(wrong)
 
 
 def _settled(conn: Conn, first: list[td.Diff], settle: float) -> list[td.Diff]:

@@ -88,3 +88,18 @@ BELOW_FLOORS: Final = sql.SQL("""
 DELETE FROM timelines t USING users u
 WHERE u.id = ANY(%(user_ids)s::bigint[]) AND t.user_id = u.id AND t.post_id < u.timeline_floor
 """)
+
+# follows.pulled says whether the followee's posts are merged in at read time (db/init/015): kept by triggers, so a
+# wrong flag is a corruption (or a flag set by hand); a read would miss that followee's pulled posts, or probe for
+# none. FLAGS_WRONG reports them, REPAIR_FLAGS sets them from pulled_authors.
+FLAGS_WRONG: Final = sql.SQL("""
+SELECT f.follower_id, f.followee_id, f.pulled FROM follows f
+WHERE f.follower_id = ANY(%(user_ids)s::bigint[])
+  AND f.pulled <> EXISTS (SELECT 1 FROM pulled_authors a WHERE a.author_id = f.followee_id)
+ORDER BY f.follower_id, f.followee_id
+""")
+REPAIR_FLAGS: Final = sql.SQL("""
+UPDATE follows f SET pulled = NOT f.pulled
+WHERE f.follower_id = ANY(%(user_ids)s::bigint[])
+  AND f.pulled <> EXISTS (SELECT 1 FROM pulled_authors a WHERE a.author_id = f.followee_id)
+""")

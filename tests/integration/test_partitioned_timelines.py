@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from psycopg.sql import SQL
+from psycopg.sql import SQL, Composable
 
 from services.api import sql as api_sql
 from services.worker import fanout
@@ -52,7 +52,7 @@ def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
         yield conn
 
 
-def explain(db: Db, statement: SQL | str, params: dict[str, Any], *, analyze: bool = False) -> Plan:
+def explain(db: Db, statement: Composable | str, params: dict[str, Any], *, analyze: bool = False) -> Plan:
     """The plan as JSON; with `analyze` the statement runs, in a transaction rolled back here."""
     plan = plans.explain(db, statement, params, analyze=analyze)
     db.rollback()
@@ -116,12 +116,14 @@ def test_timelines_is_hash_partitioned_with_its_key_and_indexes_on_every_partiti
 def test_a_timeline_page_reads_one_partition_in_custom_and_generic_plans(loaded: Db) -> None:
     """The api binds `user` as a parameter; psycopg prepares a statement after 5 executions and Postgres may then
     keep a generic plan: a custom plan names the one partition, a generic one prunes the others at start-up."""
-    params = {"user": 1500, "before": 2**63 - 1, "floor": 0, "limit": 21}
-    custom = partition_scans(explain(loaded, api_sql.TIMELINE_ABOVE_FLOOR, params))
+    params = {"user": 1500, "after": 0, "before": 2**63 - 1, "limit": 21}
+    statement = api_sql.HOME_ABOVE_FLOOR["newest"]
+    custom = partition_scans(explain(loaded, statement, params))
     assert len({s["Relation Name"] for s in custom}) == 1, custom
 
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", api_sql.TIMELINE_ABOVE_FLOOR)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", api_sql.TIMELINE_ABOVE_FLOOR)
+    text = statement.as_string(loaded)
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
     loaded.execute("SET plan_cache_mode = force_generic_plan")
     loaded.execute(f"PREPARE page ({', '.join('bigint' for _ in names)}) AS {positional}")  # a constant above
     row = loaded.execute(SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE page ({})").format(

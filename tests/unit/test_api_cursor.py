@@ -38,3 +38,20 @@ def test_malformed(bad: str) -> None:
 def test_any_text_is_a_value_or_invalid_never_a_crash(text: str) -> None:
     with contextlib.suppress(cursor.InvalidCursor):
         assert 1 <= cursor.decode("home", text) <= cursor.MAX_ID
+
+
+@given(st.integers(min_value=0, max_value=cursor.MAX_ID))
+def test_newer_cursors_round_trip_and_only_the_home_listing_takes_them(last: int) -> None:
+    token = cursor.encode("home", last, newer=True)
+    assert cursor.decode_position("home", token) == cursor.Position(last, newer=True)
+    with pytest.raises(cursor.InvalidCursor):
+        cursor.decode("home", token)  # a listing paged towards older posts only refuses it
+
+
+@pytest.mark.parametrize("bad", [
+    _raw({"v": 1, "k": "home", "id": 5, "d": "older"}), _raw({"v": 1, "k": "home", "id": 5, "d": 1}),
+    _raw({"v": 1, "k": "home", "id": -1, "d": "newer"}),
+])
+def test_malformed_directions(bad: str) -> None:
+    with pytest.raises(cursor.InvalidCursor):
+        cursor.decode_position("home", bad)

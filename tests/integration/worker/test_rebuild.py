@@ -309,3 +309,24 @@ def test_a_repair_waits_for_a_worker_that_holds_the_authors_lock(
     repairing.join(30)
     assert done and done[0].inserted == 0  # it saw the deletion committed while it waited
     assert db.execute("SELECT count(*) FROM timelines WHERE user_id = %s", (reader,)).fetchone() == (0,)
+
+
+def test_wrong_pulled_flags_are_reported_and_repaired(db: psycopg.Connection[Any], processes: Processes) -> None:
+    """follows.pulled (db/init/015) is kept by triggers; one set by hand either way is a difference --check reports
+    and the rebuild sets right, as it does rows."""
+    reader, celebrity, other = world.add_users(db, 3)
+    world.followers_in_bulk(db, celebrity, [reader])
+    world.followers_in_bulk(db, other, [reader])
+    db.execute("INSERT INTO posts (author_id, body, fanned_out) VALUES (%s, 'pulled', false)", (celebrity,))
+    db.commit()
+    flags = "SELECT followee_id, pulled FROM follows WHERE follower_id = %s ORDER BY followee_id"
+    assert db.execute(flags, (reader,)).fetchall() == [(celebrity, True), (other, False)]  # the triggers' work
+    db.execute("UPDATE follows SET pulled = NOT pulled WHERE follower_id = %s", (reader,))
+    db.commit()
+
+    check = _walfeed(processes, "rebuild", "timelines", "--user", str(reader), "--check", "--settle", "0")
+    assert check.returncode == 1
+    assert f"user {reader}: follows.pulled wrong for followees {celebrity}, {other}" in check.stdout
+    fixed = _walfeed(processes, "rebuild", "timelines", "--user", str(reader))
+    assert fixed.returncode == 0 and "2 pulled flags set" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert db.execute(flags, (reader,)).fetchall() == [(celebrity, True), (other, False)]
