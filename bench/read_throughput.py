@@ -83,7 +83,9 @@ WHERE t.user_id = :user ORDER BY t.post_id DESC LIMIT 20;
 
 
 def pgbench_script(statement: str, first: int, last: int) -> str:
-    return f"\\set user random({first}, {last})\n" + " ".join(statement.split()) + ";\n"
+    """One line for pgbench: SQL comments dropped first (joined, a `--` would comment out the rest)."""
+    text = " ".join(line.split("--")[0] for line in statement.splitlines())
+    return f"\\set user random({first}, {last})\n" + " ".join(text.split()) + ";\n"
 
 
 def design_statement() -> str:
