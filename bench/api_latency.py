@@ -1,6 +1,6 @@
 """API benchmark: constant-cost writes, throughput against the bare database, timeline reads.
 
-    .venv/bin/python -m bench.api_latency [--requests 300] [--seconds 6] [--clients 16] [--out DIR]
+    .venv/bin/python -m bench.api_latency [--requests 300] [--seconds 6] [--clients 16] [--out DIR] [--json FILE]
 
 Creates its own database (bench/lib/infra.py, on WALFEED_BENCH_PG_URL; dropped at the end, also on Ctrl-C),
 starts the real `walfeed api` process on a free port (its log in <--out>/logs), and measures in one run:
@@ -9,8 +9,11 @@ starts the real `walfeed api` process on a free port (its log in <--out>/logs), 
    --rounds rounds of --requests each: the ratio of the p99s, per round, and its median (must be <= 1.2). One
    p99 of the default 400 requests is its fifth-largest sample: one scheduler hiccup on a shared machine moves it
    by tens of percent, hence the median over rounds (the pooled p99s are printed too).
-2. Posts per second with concurrent clients through the API vs pgbench running the same transaction
-   (INSERT post + INSERT outbox) with the same number of connections; target ratio >= 0.5.
+2. Posts per second with concurrent clients through the API (its write limiter counting each post, with a limit no
+   run reaches; --no-rate-limit: without it) vs the floor app (bench/floor_app.py: a minimal FastAPI route running
+   the same one-statement insert, sql.CREATE_POST, with the same server, processes and pool; target api / floor
+   app >= 0.7) and vs pgbench running that statement with the same number of connections; medians of per-round
+   ratios (--json FILE: the figures as JSON too).
 3. GET /v1/timeline p50/p99 (20 per page) for a user following 500 accounts of which 20 are celebrities:
    the first page, and every page of a scroll that goes below the timeline floor.
 
@@ -20,10 +23,9 @@ No worker runs: the numbers are the API's own cost (no fan-out happens in the re
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -121,42 +123,58 @@ def pgbench_tps(url: str, clients: int, seconds: int) -> float:
     return closedloop.pgbench_tps(url, pgbench_script(), clients, seconds)
 
 
-def throughput(port: int, api_pid: int, url: str, auths: list[dict[str, str]], args: argparse.Namespace) -> None:
-    """ABAB: api run, pgbench run, repeated; plus the bare HTTP stack (GET /healthz) under the same load."""
+def floor_requests(authors: list[int]) -> list[bytes]:
+    body = b'{"body": "bench post"}'
+    return [(f"POST /posts?author={a} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             f"Content-Length: {len(body)}\r\n\r\n").encode() + body for a in authors]
+
+
+def throughput(port: int, api_pid: int, floor: tuple[int, int], url: str, authors: list[tuple[int, dict[str, str]]],
+               args: argparse.Namespace) -> dict[str, object]:
+    """In rounds: api run, floor app run (bench/floor_app.py: a minimal FastAPI route running sql.CREATE_POST), pgbench
+    run; plus the bare HTTP stack (GET /healthz) under the same load."""
     connections = args.pool * args.workers
-    requests = post_requests(auths)
+    floor_port, floor_pid = floor
+    requests, floors = post_requests([a for _, a in authors]), floor_requests([i for i, _ in authors])
     load(port, requests, b"HTTP/1.1 201", args.clients, 1.0)  # warm-up: connections, prepared statements
-    api, db, ratios, health = [], [], [], []
-    print(f"{'pair':>4} {'api posts/s':>12} {'pgbench tps':>12} {'ratio':>6} {'loadgen CPU':>12} {'api CPU':>8} "
-          f"{'pgbench CPU':>12} {'machine busy':>13}  (CPU in cores, of {os.cpu_count()})")
+    load(floor_port, floors, b"HTTP/1.1 201", args.clients, 1.0)
+    runs: dict[str, list[float]] = {"api": [], "floor": [], "pgbench": [], "healthz": [], "api_cores": [],
+                                    "floor_cores": []}
+    print(f"{'pair':>4} {'api posts/s':>12} {'floor posts/s':>14} {'pgbench tps':>12} {'api/floor':>10} "
+          f"{'api/pgb':>8} {'loadgen CPU':>12} {'api CPU':>8} {'floor CPU':>10} {'machine busy':>13}  "
+          f"(CPU in cores, of {os.cpu_count()})")
     for i in range(args.pairs):
         with CpuMeter(api_pid) as a:
-            api.append(load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds))
+            runs["api"].append(load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds))
+        with CpuMeter(floor_pid) as f:
+            runs["floor"].append(load(floor_port, floors, b"HTTP/1.1 201", args.clients, args.seconds))
         with CpuMeter(api_pid) as b:
-            db.append(pgbench_tps(url, connections, args.seconds))
-        ratios.append(api[-1] / db[-1])
-        print(f"{i + 1:>4} {api[-1]:>12.0f} {db[-1]:>12.0f} {ratios[-1]:>6.2f} {a.loadgen:>12.2f} {a.api:>8.2f} "
-              f"{b.children:>12.2f} {a.busy:>6.2f}/{b.busy:<6.2f}")
+            runs["pgbench"].append(pgbench_tps(url, connections, args.seconds))
+        runs["api_cores"].append(a.api)
+        runs["floor_cores"].append(f.api)
+        print(f"{i + 1:>4} {runs['api'][-1]:>12.0f} {runs['floor'][-1]:>14.0f} {runs['pgbench'][-1]:>12.0f} "
+              f"{runs['api'][-1] / runs['floor'][-1]:>10.2f} {runs['api'][-1] / runs['pgbench'][-1]:>8.2f} "
+              f"{a.loadgen:>12.2f} {a.api:>8.2f} {f.api:>10.2f} {a.busy:>6.2f}/{b.busy:<6.2f}")
         with CpuMeter(api_pid) as h:
-            health.append(load(port, HEALTHZ, b"HTTP/1.1 200", args.clients, args.seconds / 2))
-    print(f"median: api {statistics.median(api):.0f} posts/s, pgbench {statistics.median(db):.0f} tps "
-          f"({connections} connections, same statement), median ratio {statistics.median(ratios):.2f} (target >= 0.5)")
-    print(f"bare HTTP stack, GET /healthz, same {args.clients} clients: median {statistics.median(health):.0f} req/s "
-          f"= {statistics.median(health) / statistics.median(db):.2f} x pgbench (loadgen CPU {h.loadgen:.2f}, "
-          f"api CPU {h.api:.2f})")
+            runs["healthz"].append(load(port, HEALTHZ, b"HTTP/1.1 200", args.clients, args.seconds / 2))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    summary: dict[str, object] = {
+        "api_posts_per_s": med["api"], "floor_posts_per_s": med["floor"], "pgbench_tps": med["pgbench"],
+        "healthz_per_s": med["healthz"],
+        "api_over_floor": statistics.median(x / y for x, y in zip(runs["api"], runs["floor"], strict=True)),
+        "api_over_pgbench": statistics.median(x / y for x, y in zip(runs["api"], runs["pgbench"], strict=True)),
+        "api_ms_per_post": statistics.median(c / r * 1000 for c, r in zip(runs["api_cores"], runs["api"], strict=True)),
+        "floor_ms_per_post": statistics.median(c / r * 1000 for c, r in zip(runs["floor_cores"], runs["floor"],
+                                                                            strict=True)),
+        "runs": runs}
+    print(f"median: api {med['api']:.0f} posts/s, floor app {med['floor']:.0f} posts/s, pgbench {med['pgbench']:.0f} "
+          f"tps ({connections} connections, same statement); api / floor app {summary['api_over_floor']:.2f}, api / "
+          f"pgbench {summary['api_over_pgbench']:.2f} (medians of per-round ratios)")
+    print(f"CPU per post: api {summary['api_ms_per_post']:.3f} ms, floor app {summary['floor_ms_per_post']:.3f} ms")
+    print(f"bare HTTP stack, GET /healthz, same {args.clients} clients: median {med['healthz']:.0f} req/s "
+          f"= {med['healthz'] / med['pgbench']:.2f} x pgbench (loadgen CPU {h.loadgen:.2f}, api CPU {h.api:.2f})")
     print(f"nproc {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-
-
-def profile(port: int, api_pid: int, requests: list[bytes], args: argparse.Namespace) -> None:
-    """Samples every api process with py-spy while the same post load runs (profiling slows the api: the
-    numbers of this run are not reported)."""
-    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(api_pid),
-                            "--subprocesses", "--rate", "250", "--format", "raw", "--output", args.profile,
-                            "--duration", str(args.seconds + 1)], stdout=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    load(port, requests, b"HTTP/1.1 201", args.clients, args.seconds)
-    spy.wait(60)
-    print(f"profile: {args.profile}")
+    return summary
 
 
 def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[list[float], list[float], int]:
@@ -188,11 +206,16 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP keep-alive connections")
     parser.add_argument("--pool", type=int, default=4, help="WALFEED_API_POOL_MAX (per worker process)")
     parser.add_argument("--workers", type=int, default=2, help="WALFEED_API_WORKERS of the api under test")
+    parser.add_argument("--server", choices=["granian", "uvicorn"], default="granian",
+                        help="WALFEED_API_SERVER of the api, and the floor app's server")
     parser.add_argument("--pairs", type=int, default=3, help="api/pgbench throughput pairs (ABAB)")
     parser.add_argument("--only", choices=["latency", "throughput", "timeline"], help="run one part only")
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
                                                           "run; collapsed stacks to FILE")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-api)")
+    parser.add_argument("--json", type=Path, help="also write the throughput figures to this file")
+    parser.add_argument("--no-rate-limit", dest="rate_limit", action="store_false",
+                        help="the api without its write limiter's statement (default: counted, limit 1,000,000/min)")
     parser.add_argument("--otlp", help="the api exports its spans to this OTLP/HTTP endpoint ('sink': a local one "
                         "that discards them; docs/adr/0072)")
     args = parser.parse_args()
@@ -207,10 +230,14 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     port = free_port()
     env = {"WALFEED_DATABASE_URL": url, "WALFEED_API_POOL_MIN": str(min(4, args.pool)),
            "WALFEED_API_POOL_MAX": str(args.pool), "WALFEED_LOG_LEVEL": "WARNING",
-           "WALFEED_API_WORKERS": str(args.workers),
-           # the write path itself, without the limiter's statement (its cost: bench/ratelimit_cost.py, ADR 0033)
-           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "0", **otlp_sink.endpoint(args.otlp)}
+           "WALFEED_API_WORKERS": str(args.workers), "WALFEED_API_SERVER": args.server,
+           # the write path as in production, the limiter counting every post, with a limit no run reaches
+           "WALFEED_API_SIGNUP_LIMIT": "0", "WALFEED_API_WRITE_LIMIT": "1000000" if args.rate_limit else "0",
+           **otlp_sink.endpoint(args.otlp)}
     api = res.start("api", ["api", "--port", str(port)], env)
+    floor_port = free_port()
+    floor = res.start("floor", ["--port", str(floor_port), "--workers", str(args.workers), "--pool", str(args.pool),
+                                "--server", args.server], {"WALFEED_DATABASE_URL": url}, module="bench.floor_app")
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)
         big_id, big = signup(client, "big")
@@ -221,15 +248,20 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
         print(f"setup: big has {client.get(f'/v1/users/{big_id}', headers=big).json()['follower_count']} "
               f"followers, small {client.get(f'/v1/users/{small_id}', headers=big).json()['follower_count']}")
 
-        print(f"api: {args.workers} worker process(es), pool {args.pool} each; {args.clients} HTTP clients")
+        print(f"api and floor app on {args.server}: {args.workers} worker process(es), pool {args.pool} each; "
+              f"{args.clients} HTTP clients")
         if args.only in (None, "latency"):
             post_latency(client, small, big, 30)  # warm-up
             latency_rounds(client, small, big, args.requests, args.rounds)
         if args.only in (None, "throughput"):
-            authors = [signup(client, f"w{i}")[1] for i in range(args.clients)]
-            throughput(port, api.pid, url, authors, args)
+            authors = [signup(client, f"w{i}") for i in range(args.clients)]
+            summary = throughput(port, api.pid, (floor_port, floor.pid), url, authors, args)
+            if args.json:
+                args.json.write_text(json.dumps({"meta": {k: v for k, v in vars(args).items() if k != "json"},
+                                                 "throughput": summary}, indent=2, default=str))
             if args.profile:
-                profile(port, api.pid, post_requests(authors), args)
+                closedloop.profiled_load(port, api.pid, post_requests([a for _, a in authors]), b"HTTP/1.1 201",
+                                         args.clients, args.seconds, args.profile)
         if args.only in (None, "timeline"):
             first, scroll, pages = timeline_reads(client, reader, 200)
             print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")

@@ -61,8 +61,9 @@ STEPS = (250, 500, 1000, 2000, 4000)
 QUICK_STEPS = (250, 1000, 2000)
 KINDS = ("sql", "http")
 WORKERS = 2
-# 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429
-API_DEFAULTS = {"WALFEED_API_WORKERS": "2", "WALFEED_API_POOL_MAX": "8", "WALFEED_API_WRITE_LIMIT": "0"}
+# 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429. Its
+# processes and pools are the api's own defaults (one worker per CPU, ADR 0111).
+API_DEFAULTS = {"WALFEED_API_WRITE_LIMIT": "0"}
 COMPONENTS = ("api", "relay", "workers", "postgres", "rabbitmq", "loadgen")
 
 
@@ -209,6 +210,8 @@ def markdown(result: Mapping[str, Any]) -> str:
            "share; loadgen: this process (writers, watcher, broker listener).", ""]
     for kind, k in result["knee"].items():
         out.append(f"- knee, {kind.upper()} writers: {k:,} posts/s")
+    if result.get("http_over_sql") is not None:
+        out.append(f"- HTTP knee / SQL knee, same run: {result['http_over_sql']:.2f}")
     for kind, skipped in result["skipped"].items():
         why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
         out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
@@ -278,7 +281,8 @@ def main() -> int:
     skipped = {k: v for k, v in skipped.items() if v}
     meta["load_after"] = entry.load_avg()
     knees = {k: knee.knee([s for s in results if s["kind"] == k]) for k in kinds}
-    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted}
+    result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted,
+              "http_over_sql": knee.ratio(knees)}
     (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "report.md").write_text(markdown(result))
     from bench.lib import plots  # matplotlib is the bench extra: needed only here

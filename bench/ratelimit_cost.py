@@ -37,7 +37,7 @@ async def statements(url: str, n: int, rounds: int) -> None:
                     if name == "SELECT 1":
                         await conn.execute("SELECT 1")
                     else:
-                        await conn.execute(sql.RATE_LIMIT_HIT, {"key": f"write:{i % 64}", "window": 60,
+                        await conn.execute(sql.RATE_LIMIT_HIT, {"limit_key": f"write:{i % 64}", "window": 60,
                                                                 "cap": 10**9})
                 if r:
                     per[name].append((time.perf_counter() - started) / n * 1e6)

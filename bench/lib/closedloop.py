@@ -8,8 +8,10 @@ import asyncio
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import cast
 
 
@@ -73,6 +75,19 @@ def load(port: int, requests: list[bytes], expect: bytes, clients: int, seconds:
     except ImportError:
         return asyncio.run(_load(port, requests, expect, clients, seconds))
     return uvloop.run(_load(port, requests, expect, clients, seconds))
+
+
+def profiled_load(port: int, pid: int, requests: list[bytes], expect: bytes, clients: int, seconds: float,
+                  output: str) -> None:
+    """`load` while py-spy samples the server `pid` and its subprocesses, collapsed stacks written to `output`
+    (profiling slows the server: the rate of this run is not a result)."""
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                            "--subprocesses", "--rate", "250", "--format", "raw", "--output", output,
+                            "--duration", str(int(seconds) + 1)], stdout=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    load(port, requests, expect, clients, seconds)
+    spy.wait(60)
+    print(f"profile: {output}")
 
 
 def pgbench_tps(url: str, script: str, clients: int, seconds: float) -> float:

@@ -248,9 +248,11 @@ class Resources:
         self.prefixes[prefix].append(queue)
         return queue
 
-    def start(self, log_name: str, args: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, log_name: str, args: list[str], env: Mapping[str, str],
+              module: str = "services.cli") -> subprocess.Popen[bytes]:
+        """`python -m module *args` (walfeed's command line unless told), its output in the log folder."""
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "services.cli", *args], env={**os.environ, **env},
+            proc = subprocess.Popen([sys.executable, "-m", module, *args], env={**os.environ, **env},
                                     cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # Ctrl-C reaches the bench only; it stops them in order
         self.procs.append(proc)

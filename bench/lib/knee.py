@@ -66,3 +66,11 @@ def knee(steps: Sequence[Mapping[str, Any]]) -> int:
             break
         best = int(step["offered"])
     return best
+
+
+def ratio(knees: Mapping[str, int]) -> float | None:
+    """The HTTP writers' knee over the SQL writers' of the same run: what the api keeps of the pipeline's capacity
+    (None unless both kinds ran and the SQL writers sustained a step)."""
+    if not knees.get("sql") or "http" not in knees:
+        return None
+    return knees["http"] / knees["sql"]

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, multiprocess
 from services.api import db, problems, revocations
 from services.api.authcache import TokenCache
 from services.api.config import ApiSettings
-from services.api.middleware import BodyLimit, Metrics, StateHeaders
+from services.api.middleware import Edge
 from services.api.problems import Problem
 from services.api.readafter import WriteMemory
 from services.api.replica import Replica
@@ -72,9 +72,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     if not api.metrics_port:  # else main.py serves them on the internal port
         app.include_router(health.metrics_router)
     problems.install(app)
-    app.add_middleware(StateHeaders)
-    app.add_middleware(BodyLimit, max_bytes=api.max_body_bytes)
-    app.add_middleware(Metrics, registry=app.state.registry)
+    app.add_middleware(Edge, max_bytes=api.max_body_bytes, registry=app.state.registry)
     traces.install(app)
 
     def openapi() -> dict[str, Any]:
@@ -110,7 +108,7 @@ def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
     return combined
 
 
-# On every response of an operation counted against a rate limit (middleware.StateHeaders).
+# On every response of an operation counted against a rate limit (middleware.Edge).
 _RATE_LIMIT_HEADERS = {
     "RateLimit-Policy": {"schema": {"type": "string"}, "description": 'the limit counted, e.g. "write";q=120;w=60'},
     "RateLimit": {"schema": {"type": "string"}, "description": 'what is left of it, e.g. "write";r=119;t=42'},

@@ -6,7 +6,8 @@
 | `WALFEED_API_POOL_MIN` | `2` | database connections kept open |
 | `WALFEED_API_POOL_MAX` | `10` | most database connections open at once |
 | `WALFEED_API_POOL_TIMEOUT` | `5.0` | seconds a request waits for a free connection before failing (503) |
-| `WALFEED_API_WORKERS` | `1` | uvicorn worker processes (each with its own pool); above 1, /metrics aggregates all |
+| `WALFEED_API_WORKERS` | CPUs | server worker processes, each with its own pool: one per usable CPU by default |
+| `WALFEED_API_SERVER` | `granian` | the ASGI server: `granian`, or `uvicorn` (uvloop and httptools; ADR 0111) |
 | `WALFEED_API_AUTH_CACHE_SECONDS` | `30.0` | seconds a verified token is remembered per process; 0: off (ADR 0035) |
 | `WALFEED_API_METRICS_PORT` | `0` | 0: `/metrics` on the public port; N: only on this separate port instead |
 | `WALFEED_API_METRICS_HOST` | `127.0.0.1` | address of that separate metrics port |
@@ -27,8 +28,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from services.api.ratelimit import Quota
@@ -41,7 +44,15 @@ SIGNUP_LIMIT: Final = Quota("signup", 20, 3600)
 WRITE_LIMIT: Final = Quota("write", 120, 60)
 # A rotated webhook secret keeps signing for a day (Svix: 24 h too): time for a receiver to deploy the new one.
 SECRET_OVERLAP: Final = 86_400
-PUBLIC_HTTPS: Final = ssrf.Policy()  # the default: https, public addresses only
+PUBLIC_HTTPS: Final = ssrf.Policy()
+SERVERS: Final = re.compile(r"^(granian|uvicorn)$")  # the default: https, public addresses only
+
+
+def default_workers() -> int:
+    """One server process per CPU this process may use (its affinity, not the machine's count), at most 64: the api
+    is CPU-bound per request, and one process runs on one core (ADR 0111)."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return max(1, min(64, len(usable)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +61,8 @@ class ApiSettings:
     pool_min: int = 2
     pool_max: int = 10
     pool_timeout: float = 5.0
-    workers: int = 1
+    workers: int = field(default_factory=default_workers)
+    server: str = "granian"
     auth_cache_seconds: float = 30.0
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -79,7 +91,8 @@ class ApiSettings:
             pool_min=pool_min,
             pool_max=pool_max,
             pool_timeout=env.float("WALFEED_API_POOL_TIMEOUT", 5.0, minimum=0.1, maximum=300.0),
-            workers=env.int("WALFEED_API_WORKERS", 1, minimum=1, maximum=64),
+            workers=env.int("WALFEED_API_WORKERS", default_workers(), minimum=1, maximum=64),
+            server=env.str("WALFEED_API_SERVER", "granian", pattern=SERVERS),
             auth_cache_seconds=env.float("WALFEED_API_AUTH_CACHE_SECONDS", 30.0, minimum=0.0, maximum=3600.0),
             metrics_port=env.int("WALFEED_API_METRICS_PORT", 0, minimum=0, maximum=65_535),
             metrics_host=env.str("WALFEED_API_METRICS_HOST", "127.0.0.1"),

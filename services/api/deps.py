@@ -12,7 +12,7 @@ from typing import Annotated, TypeVar
 
 import psycopg
 from fastapi import Depends, Header, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from psycopg_pool import PoolTimeout
 
 from services.api import ratelimit, readafter, store, tokens
@@ -24,18 +24,18 @@ from services.api.replica import Replica
 
 T = TypeVar("T")
 
-# Documents the scheme in OpenAPI; the check itself is ours (401 + WWW-Authenticate, never 403).
-_bearer = HTTPBearer(auto_error=False, description="the token returned by POST /v1/users")
+class _Bearer(HTTPBearer):
+    """Documents the scheme in OpenAPI as FastAPI's HTTPBearer does; the check itself is ours (401 +
+    WWW-Authenticate, never 403), in this one dependency (not HTTPBearer's and a second one on its result)."""
+
+    async def __call__(self, request: Request) -> str:  # type: ignore[override]
+        token = tokens.bearer_token(request.headers.get("authorization"))
+        if token is None:
+            raise unauthorized("send Authorization: Bearer <token> (the token from POST /v1/users)")
+        return token
 
 
-async def bearer(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
-    header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
-    token = tokens.bearer_token(header)
-    if token is None:
-        raise unauthorized("send Authorization: Bearer <token> (the token from POST /v1/users)")
-    return token
-
-
+bearer = _Bearer(auto_error=False, scheme_name="HTTPBearer", description="the token returned by POST /v1/users")
 Token = Annotated[str, Depends(bearer)]
 
 
@@ -99,7 +99,7 @@ async def write_session(request: Request, token: str) -> AsyncIterator[tuple[sto
 
 async def written(request: Request, db: store.Conn, user: int) -> None:
     """After a write that committed on `db`, with a read replica: its position goes back in the WalFeed-Read-After
-    header (middleware.StateHeaders) and into this process's memory of the user's writes (docs/adr/0092)."""
+    header (middleware.Edge) and into this process's memory of the user's writes (docs/adr/0092)."""
     replica: Replica | None = request.app.state.replica
     if replica is not None:
         request.state.read_after = readafter.format_lsn(await replica.written(db, user))
@@ -143,11 +143,15 @@ async def read(request: Request, token: str, after: int | None, work: Callable[[
 
 async def throttle(request: Request, db: store.Conn, quota: Quota, subject: str) -> None:
     """Count this request against `quota` for `subject`; 429 with Retry-After when over it. The RateLimit
-    header fields go on whatever the response is (middleware.StateHeaders)."""
+    header fields go on whatever the response is (middleware.Edge)."""
     if not quota.enabled:
         return
-    row = await store.rate_limit_hit(db, quota.key(subject), quota.window, quota.limit)
-    decision = ratelimit.decide(quota, row["hits"], row["window_start"], row["now"])
+    admit(request, quota, await store.rate_limit_hit(db, quota.key(subject), quota.window, quota.limit))
+
+
+def admit(request: Request, quota: Quota, hit: store.Row) -> None:
+    """The decision on a request the database counted (`hit`: store.rate_limit_hit's row); 429 when over."""
+    decision = ratelimit.decide(quota, hit["hits"], hit["window_start"], hit["now"])
     request.state.rate_limit = decision
     if not decision.allowed:
         raise ApiError(429, f"too many requests: {quota.limit} per {quota.window} s ({quota.policy}); "

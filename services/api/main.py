@@ -1,42 +1,54 @@
-"""`walfeed api`: serve the app under uvicorn (uvloop and httptools when installed). SIGTERM/SIGINT finish
-in-flight requests, then exit 0.
+"""`walfeed api`: serve the app under granian (ADR 0111; WALFEED_API_SERVER=uvicorn: uvicorn with uvloop and
+httptools). SIGTERM/SIGINT finish in-flight requests, then exit 0.
 
-Settings: the shared ones (services.core.settings) plus services.api.config (WALFEED_API_*). With
-WALFEED_API_WORKERS=N > 1, uvicorn's supervisor runs N worker processes on one listening socket (each builds its
-own app and pool from the environment, `worker_app`), restarts one that dies, and stops them all on SIGTERM.
-Their Prometheus values live in a temporary PROMETHEUS_MULTIPROC_DIR made and removed here, so /metrics on any
-worker reports the sum over all of them. With WALFEED_API_METRICS_PORT set, /metrics is not on the public port:
-this process serves it on that port (WALFEED_API_METRICS_HOST, 127.0.0.1 by default), the supervisor's sum of all
-workers when there are several.
+Settings: the shared ones (services.core.settings) plus services.api.config (WALFEED_API_*). granian always runs
+WALFEED_API_WORKERS worker processes (default: one per CPU this process may use) on one listening socket under a
+supervisor (each builds its own app and pool from the environment, `worker_app`), restarts one that dies, and stops
+them all on SIGTERM; uvicorn does the same above one worker, and with one serves in this process. The workers'
+Prometheus values live in a temporary PROMETHEUS_MULTIPROC_DIR made and removed here, so /metrics on any worker
+reports the sum over all of them. With WALFEED_API_METRICS_PORT set, /metrics is not on the public port: this
+process serves it on that port (WALFEED_API_METRICS_HOST, 127.0.0.1 by default), the sum of all workers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Final
 
 import uvicorn
 from fastapi import FastAPI
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces, Loops
 from prometheus_client import CollectorRegistry, start_http_server
+from starlette.types import ASGIApp
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from services.api.app import create_app, scrape_registry
 from services.api.config import ApiSettings
 from services.core import logs, sdnotify
 from services.core.settings import Settings
 
-__all__ = ["create_app", "run", "worker_app"]
+__all__ = ["create_app", "granian_app", "run", "worker_app"]
 
 log = logging.getLogger(__name__)
 
-_SERVER_OPTIONS = {"log_config": None, "access_log": False, "timeout_graceful_shutdown": 20, "server_header": False}
+GRACE_SECONDS = 20  # a stop waits this long for in-flight requests, then ends the workers
+_SERVER_OPTIONS = {"log_config": None, "access_log": False, "timeout_graceful_shutdown": GRACE_SECONDS,
+                   "server_header": False}
+# granian's own loggers go through ours (the root logger's handler, services.core.logs), not to stdout
+_GRANIAN_LOGS = {"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}}
 
 
 def run(settings: Settings, host: str, port: int) -> int:
@@ -44,7 +56,7 @@ def run(settings: Settings, host: str, port: int) -> int:
     log.info("api starting", extra={"host": host, "port": port, "workers": api.workers,
                                     "max_body_bytes": api.max_body_bytes})
     _notify_when_serving(host, port)
-    if api.workers > 1:
+    if api.server == "granian" or api.workers > 1:
         _run_workers(host, port, api)
     else:
         app = create_app(settings, api)
@@ -109,14 +121,56 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
     os.environ["WALFEED_LOG_LEVEL"] = logging.getLevelName(logging.getLogger().level)
     try:
         with _metrics_port(api, scrape_registry(CollectorRegistry())):  # the sum of the workers' files
-            uvicorn.run("services.api.main:worker_app", factory=True, host=host, port=port, workers=api.workers,
-                        **_SERVER_OPTIONS)  # type: ignore[arg-type]
+            if api.server == "granian":
+                _serve_granian(host, port, api.workers)
+            else:
+                uvicorn.run(WORKER_APP, factory=True, host=host, port=port, workers=api.workers,
+                            **_SERVER_OPTIONS)  # type: ignore[arg-type]
     finally:
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+WORKER_APP = "services.api.main:worker_app"
+GRANIAN_APP = "services.api.main:granian_app"
+_PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
+
+
+def _end_with_supervisor() -> None:
+    """On Linux, this worker gets SIGTERM (a graceful stop) when its supervisor dies, however it died: a SIGKILLed
+    api leaves no orphan serving on its port."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # it died before the call above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _serve_granian(host: str, port: int, workers: int) -> None:
+    """granian's supervisor of `workers` processes serving worker_app over HTTP/1.1 (what the api speaks behind a
+    proxy); a worker that dies is started again, and a stop gives in-flight requests GRACE_SECONDS."""
+    # Fresh worker processes, as uvicorn's: forked ones would inherit this process's threads and prometheus_client
+    # imported before PROMETHEUS_MULTIPROC_DIR was set (their values in memory, not in the directory's files).
+    multiprocessing.set_start_method("spawn", force=True)
+    level = logging.getLogger().level
+    handlers = logging.getLogger().handlers[:]
+    server = Granian(GRANIAN_APP, factory=True, address=host, port=port, interface=Interfaces.ASGI, workers=workers,
+                     loop=Loops.auto, http=HTTPModes.http1, websockets=False, log_access=False,
+                     log_dictconfig=_GRANIAN_LOGS, respawn_failed_workers=True, workers_kill_timeout=GRACE_SECONDS)
+    logging.getLogger().handlers[:] = handlers  # granian configured logging: ours again
+    logging.getLogger().setLevel(level)
+    server.serve()
+
+
+def granian_app() -> ASGIApp:
+    """worker_app behind the X-Forwarded-For handling uvicorn applies itself: the client address (the rate limits'
+    partition) is the forwarded one when the peer is trusted, by the same FORWARDED_ALLOW_IPS and default."""
+    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+    return ProxyHeadersMiddleware(worker_app(), trusted_hosts=trusted)  # type: ignore[arg-type,return-value]
+
+
 def worker_app() -> FastAPI:
-    """The app of one worker process (uvicorn factory): settings from the environment the supervisor passed."""
+    """The app of one worker process (the servers' factory): settings from the environment the supervisor passed."""
     logs.configure("api", os.environ.get("WALFEED_LOG_LEVEL", "INFO"), logs.log_format())
+    _end_with_supervisor()
     return create_app(Settings.from_env(), ApiSettings.from_env())

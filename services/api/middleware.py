@@ -1,9 +1,14 @@
-"""Pure ASGI middleware: request size limit (before any parsing), Prometheus metrics by route template, and the
-header fields dependencies leave in the request state (RateLimit, WalFeed-Read-After)."""
+"""The api's one pure ASGI middleware: the request size limit (before any parsing), Prometheus metrics by route
+template, and the header fields dependencies leave in the request state (RateLimit, WalFeed-Read-After).
+
+One layer instead of three (ADR 0110): each layer of ASGI middleware is a coroutine call and a wrapped `send` per
+message of every request, and these three wrapped the same calls.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Any, Final
 
 from fastapi import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -13,25 +18,64 @@ from services.api.problems import problem_response
 from services.api.ratelimit import Decision
 from services.api.readafter import HEADER
 
+_READ_AFTER: Final = HEADER.lower().encode()
+MAX_SERIES: Final = 1000  # labelled children remembered (routes x methods x statuses are far fewer)
 
-class BodyLimit:
-    """413 for bodies over `max_bytes`: at once from Content-Length, else while the body streams in."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+class Edge:
+    """Per HTTP request: 413 for bodies over `max_bytes` (at once from Content-Length, else while the body streams
+    in); walfeed_api_requests_total and walfeed_api_request_seconds labelled by route template, not raw path;
+    `RateLimit-Policy` and `RateLimit` of a request that deps.throttle counted (the 429 itself, or a 201, 204,
+    404...) and `WalFeed-Read-After` of a write when a read replica is configured (deps.written), whatever its
+    status, from request.state (scope["state"])."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, registry: CollectorRegistry) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.requests = Counter("walfeed_api_requests", "HTTP requests handled",
+                                ["method", "route", "status"], registry=registry)
+        self.latency = Histogram("walfeed_api_request_seconds", "HTTP request latency", ["method", "route"],
+                                 registry=registry,
+                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+        # labels() takes a lock and builds its key on every call: the children are looked up here instead
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            status = 413 if length.isdigit() else 400
-            detail = (f"request bodies are limited to {self.max_bytes} bytes" if status == 413
-                      else "Content-Length is not a number")
-            await problem_response(status, detail)(scope, receive, send)
-            return
+        started = time.perf_counter()
+        status = 500
+
+        async def respond(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                fields = _state_fields(scope.get("state"))
+                if fields:
+                    message["headers"] = [*message.get("headers", []), *fields]
+            await send(message)
+
+        try:
+            if (refusal := self._refusal(scope)) is not None:
+                await refusal(scope, receive, respond)
+            else:
+                await self.app(scope, self._limited(receive), respond)
+        finally:
+            self._observe(scope, status, time.perf_counter() - started)
+
+    def _refusal(self, scope: Scope) -> ASGIApp | None:
+        """The 413 (or 400) of a Content-Length over the limit (or not a number), before the app sees the request."""
+        for name, length in scope["headers"]:
+            if name == b"content-length":
+                if length.isdigit() and int(length) <= self.max_bytes:
+                    return None
+                if length.isdigit():
+                    return problem_response(413, f"request bodies are limited to {self.max_bytes} bytes")
+                return problem_response(400, "Content-Length is not a number")
+        return None
+
+    def _limited(self, receive: Receive) -> Receive:
         seen = 0
 
         async def limited() -> Message:
@@ -43,69 +87,32 @@ class BodyLimit:
                     raise HTTPException(413, f"request bodies are limited to {self.max_bytes} bytes")
             return message
 
-        await self.app(scope, limited, send)
+        return limited
+
+    def _observe(self, scope: Scope, status: int, seconds: float) -> None:
+        route = _template(scope)
+        key = (scope["method"], route, status)
+        series = self._series.get(key)
+        if series is None:
+            series = (self.requests.labels(key[0], route, str(status)), self.latency.labels(key[0], route))
+            if len(self._series) < MAX_SERIES:
+                self._series[key] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
 
-class Metrics:
-    """walfeed_api_requests_total and walfeed_api_request_seconds, labelled by route template, not raw path."""
-
-    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
-        self.app = app
-        self.requests = Counter("walfeed_api_requests", "HTTP requests handled",
-                                ["method", "route", "status"], registry=registry)
-        self.latency = Histogram("walfeed_api_request_seconds", "HTTP request latency", ["method", "route"],
-                                 registry=registry,
-                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, record_status)
-        finally:
-            route = _template(scope)
-            self.requests.labels(scope["method"], route, str(status)).inc()
-            self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
-
-
-class StateHeaders:
-    """Adds to the response the header fields a dependency left in request.state (scope["state"]), whatever
-    its status: `RateLimit-Policy` and `RateLimit` of a request that deps.throttle counted (the 429 itself, or a
-    201, 204, 404...), and `WalFeed-Read-After` of a write when a read replica is configured (deps.written)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def add_fields(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                state = scope.get("state", {})
-                fields: dict[str, str] = {}
-                decision: Decision | None = state.get("rate_limit")
-                if decision is not None:
-                    fields.update(decision.headers)
-                read_after: str | None = state.get("read_after")
-                if read_after is not None:
-                    fields[HEADER] = read_after
-                message["headers"] = [*message.get("headers", []),
-                                      *((k.lower().encode(), v.encode()) for k, v in fields.items())]
-            await send(message)
-
-        await self.app(scope, receive, add_fields)
+def _state_fields(state: dict[str, Any] | None) -> list[tuple[bytes, bytes]]:
+    """The header fields a dependency left in the request state, as ASGI headers."""
+    if not state:
+        return []
+    fields: list[tuple[bytes, bytes]] = []
+    decision: Decision | None = state.get("rate_limit")
+    if decision is not None:
+        fields += [(k.lower().encode(), v.encode()) for k, v in decision.headers.items()]
+    read_after: str | None = state.get("read_after")
+    if read_after is not None:
+        fields.append((_READ_AFTER, read_after.encode()))
+    return fields
 
 
 def _template(scope: Scope) -> str:

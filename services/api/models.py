@@ -98,8 +98,11 @@ def post_json(row: dict[str, Any]) -> bytes:
     return orjson.dumps(_post_fields(row))
 
 
-def post_from_row(row: dict[str, Any]) -> Post:
-    return Post(**_post_fields(row))
+def page_json(rows: list[dict[str, Any]], next_cursor: str | None, **more_cursors: str | None) -> bytes:
+    """A Page (or HomePage, with its prev_cursor) of posts rows as JSON, built directly as post_json is."""
+    return orjson.dumps({"items": [_post_fields(r) for r in rows], "next_cursor": next_cursor, **more_cursors})
+
+
 
 
 # Notifications (docs/notifications.md).

@@ -22,15 +22,16 @@ USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
 
 # Count one request in its partition's current fixed window (services/api/ratelimit.py decides the rest).
 # The window comes from the database's clock, the same for every api process. hits stops at limit + 1.
-RATE_LIMIT_HIT: Final = """
-WITH clock AS (SELECT extract(epoch FROM statement_timestamp())::float8 AS now)
+_CLOCK: Final = "clock AS (SELECT extract(epoch FROM statement_timestamp())::float8 AS now)"
+_COUNT_HIT: Final = """
 INSERT INTO rate_limits AS r (key, window_start, hits)
-SELECT %(key)s, (floor(now / %(window)s) * %(window)s)::bigint, 1 FROM clock
+SELECT %(limit_key)s, (floor(now / %(window)s) * %(window)s)::bigint, 1 FROM clock
 ON CONFLICT (key) DO UPDATE SET
     hits = CASE WHEN r.window_start = excluded.window_start THEN LEAST(r.hits + 1, %(cap)s) ELSE 1 END,
     window_start = excluded.window_start
 RETURNING hits, window_start, (SELECT now FROM clock) AS now
 """
+RATE_LIMIT_HIT: Final = "WITH " + _CLOCK + _COUNT_HIT
 
 # Follow counts change only when a follows row was really inserted or deleted, in the same transaction.
 # Both users rows are locked in id order first, so A->B and B->A at once cannot deadlock.
@@ -65,10 +66,9 @@ RETURNING id, following_count
 # here, from the inserted row, with the shape services.core.events defines for post.created. `trace`: the request's
 # trace context as the outbox column holds it (services/core/tracecontext.py, docs/adr/0072), or NULL.
 # bench/api_latency.py runs this exact text in pgbench as the database ceiling.
-CREATE_POST: Final = """
-WITH post AS (
+_INSERT_POST: Final = """
     INSERT INTO posts (author_id, body, idempotency_key, request_hash)
-    VALUES (%(author)s, %(body)s, %(key)s, %(hash)s)
+    {source}
     ON CONFLICT (author_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, author_id, body, created_at
 ), event AS (
@@ -77,7 +77,16 @@ WITH post AS (
            jsonb_build_object('post_id', post.id, 'author_id', post.author_id), %(trace)s
     FROM post
 )
-SELECT id, author_id, body, created_at FROM post
+"""
+CREATE_POST: Final = "WITH post AS (" + _INSERT_POST.format(
+    source="VALUES (%(author)s, %(body)s, %(key)s, %(hash)s)") + "SELECT id, author_id, body, created_at FROM post"
+# The same with the writer's rate limit counted first (RATE_LIMIT_HIT), in one statement, so one round trip: the
+# post is inserted only when the count is within `limit`; the hit's columns always come back, the post's are NULL
+# when it was refused (hits over the limit) or its Idempotency-Key was used already.
+CREATE_POST_COUNTED: Final = "WITH " + _CLOCK + ", hit AS (" + _COUNT_HIT + "), post AS (" + _INSERT_POST.format(
+    source="SELECT %(author)s, %(body)s, %(key)s, %(hash)s FROM hit WHERE hit.hits <= %(limit)s") + """
+SELECT hit.hits, hit.window_start, hit.now, post.id, post.author_id, post.body, post.created_at
+FROM hit LEFT JOIN post ON true
 """
 POST_BY_KEY: Final = """
 SELECT id, author_id, body, created_at, request_hash FROM posts

@@ -60,7 +60,7 @@ async def user_exists(conn: Conn, user_id: int) -> bool:
 
 async def rate_limit_hit(conn: Conn, key: str, window: int, limit: int) -> Row:
     """Count a request in `key`'s current window: its hits (this one included), window_start and the db's now."""
-    row = await _one(conn, sql.RATE_LIMIT_HIT, {"key": key, "window": window, "cap": limit + 1})
+    row = await _one(conn, sql.RATE_LIMIT_HIT, {"limit_key": key, "window": window, "cap": limit + 1})
     assert row is not None  # an UPSERT ... RETURNING always returns its row
     return row
 
@@ -97,9 +97,32 @@ async def create_post(conn: Conn, author: int, body: str, key: str | None,
                                              "trace": trace})
     if row is not None:
         return row, True
+    return await _replayed(conn, author, body, key, request_hash, trace)
+
+
+async def create_counted_post(conn: Conn, limit_key: str, window: int, limit: int, author: int, body: str,
+                              key: str | None, request_hash: bytes | None,
+                              trace: str | None = None) -> tuple[Row, Row | None, bool]:
+    """(the rate-limit hit as rate_limit_hit returns it, the post or None when over `limit`, created): the hit
+    counted and the post written in one statement (sql.CREATE_POST_COUNTED); a used key as in create_post."""
+    row = await _one(conn, sql.CREATE_POST_COUNTED, {
+        "limit_key": limit_key, "window": window, "cap": limit + 1, "limit": limit,
+        "author": author, "body": body, "key": key, "hash": request_hash, "trace": trace})
+    assert row is not None  # the hit's row always comes back
+    hit = {"hits": row["hits"], "window_start": row["window_start"], "now": row["now"]}
+    if row["hits"] > limit:
+        return hit, None, False
+    if row["id"] is not None:
+        return hit, {k: row[k] for k in ("id", "author_id", "body", "created_at")}, True
+    return hit, *await _replayed(conn, author, body, key, request_hash, trace)
+
+
+async def _replayed(conn: Conn, author: int, body: str, key: str | None, request_hash: bytes | None,
+                    trace: str | None) -> tuple[Row, bool]:
+    """The post an insert found by its Idempotency-Key."""
     # The key exists (committed: ON CONFLICT waited for a concurrent insert of the same key to finish).
     original = await _one(conn, sql.POST_BY_KEY, {"author": author, "key": key})
-    if original is None:  # the conflicting insert rolled back after all: try again
+    if original is None:  # the conflicting insert rolled back after all: try again (counted once already)
         return await create_post(conn, author, body, key, request_hash, trace)
     return original, False
 

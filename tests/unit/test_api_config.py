@@ -1,5 +1,7 @@
 """api settings: defaults, and errors that name the variable."""
 
+import os
+
 import pytest
 
 from services.api.config import ApiSettings
@@ -31,6 +33,7 @@ def test_defaults() -> None:
     ({"WALFEED_API_READ_AFTER_WAIT": "-0.1"}, "WALFEED_API_READ_AFTER_WAIT"),
     ({"WALFEED_API_READ_AFTER_MEMORY": "long"}, "WALFEED_API_READ_AFTER_MEMORY"),
     ({"WALFEED_API_REPLICA_RETRY": "0"}, "WALFEED_API_REPLICA_RETRY"),
+    ({"WALFEED_API_SERVER": "hypercorn"}, "WALFEED_API_SERVER"),
 ])
 def test_invalid_values_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
@@ -38,8 +41,14 @@ def test_invalid_values_name_the_variable(env: dict[str, str], named: str) -> No
 
 
 def test_workers_and_auth_cache_from_env() -> None:
-    api = ApiSettings.from_env({"WALFEED_API_WORKERS": "3", "WALFEED_API_AUTH_CACHE_SECONDS": "0"})
-    assert (api.workers, api.auth_cache_seconds) == (3, 0.0)
+    api = ApiSettings.from_env({"WALFEED_API_WORKERS": "3", "WALFEED_API_AUTH_CACHE_SECONDS": "0",
+                                "WALFEED_API_SERVER": "uvicorn"})
+    assert (api.workers, api.auth_cache_seconds, api.server) == (3, 0.0, "uvicorn")
+
+
+def test_by_default_one_worker_per_usable_cpu_on_granian() -> None:
+    api = ApiSettings.from_env({})
+    assert api.workers == min(64, len(os.sched_getaffinity(0))) and api.server == "granian"
 
 
 def test_security_settings_from_env() -> None:

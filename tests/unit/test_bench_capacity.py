@@ -47,3 +47,11 @@ def test_the_knee_is_the_highest_rate_sustained_with_every_lower_one() -> None:
     assert knee.knee(steps) == 500  # 4000 passing after failures is noise, not capacity
     assert knee.knee([step(250, achieved=10.0)]) == 0
     assert knee.knee([]) == 0
+
+
+def test_the_knee_ratio_is_http_over_sql_of_one_run_and_absent_without_both() -> None:
+    assert knee.ratio({"sql": 1000, "http": 250}) == 0.25
+    assert knee.ratio({"sql": 1000, "http": 0}) == 0.0
+    assert knee.ratio({"sql": 0, "http": 250}) is None
+    assert knee.ratio({"http": 250}) is None
+    assert knee.ratio({"sql": 1000}) is None

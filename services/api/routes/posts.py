@@ -11,8 +11,8 @@ from fastapi import APIRouter, Header, Request, Response
 
 from services.api import cursor as cursors
 from services.api import paging, store
-from services.api.deps import ReadAfter, Token, read, write_session
-from services.api.models import NewPost, Page, Post, post_from_row, post_json
+from services.api.deps import ReadAfter, Token, admit, read, session, write_session, written
+from services.api.models import NewPost, Page, Post, page_json, post_json
 from services.api.problems import ApiError
 from services.api.routes import (
     AUTH,
@@ -51,23 +51,31 @@ async def create_post(new: NewPost, token: Token, request: Request,
                       idempotency_key: IdempotencyKey = None) -> Response:
     """Publish a post as the caller, with its post.created event in the same transaction. No fan-out here."""
     digest = request_hash(new) if idempotency_key is not None else None
+    quota = request.app.state.api_settings.write_limit
     with outbox_trace(request) as trace:
-        async with write_session(request, token) as (db, me):
-            row, created = await store.create_post(db, me, new.body, idempotency_key, digest, trace)
+        async with session(request, token) as (db, me):
+            if quota.enabled:  # counted and written in one statement (sql.CREATE_POST_COUNTED)
+                hit, post, created = await store.create_counted_post(
+                    db, quota.key(str(me)), quota.window, quota.limit, me, new.body, idempotency_key, digest, trace)
+                admit(request, quota, hit)  # 429 when refused (nothing was written then)
+                assert post is not None
+                row = post
+            else:
+                row, created = await store.create_post(db, me, new.body, idempotency_key, digest, trace)
+            await written(request, db, me)
     if not created and (digest is None or not hmac.compare_digest(bytes(row["request_hash"] or b""), digest)):
         raise ApiError(422, "this Idempotency-Key was already used with a different request body",
                        "idempotency-key-reused")
     # The Post model documents the reply; the bytes are built directly (models.post_json, same fields).
-    return Response(post_json(row), status_code=201, media_type="application/json",
-                    headers=None if created else {"Idempotent-Replayed": "true"})
+    return json_response(post_json(row), 201, None if created else {"Idempotent-Replayed": "true"})
 
 
 @router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND, **BAD_TOKEN})
-async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter) -> Post:
+async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter) -> Response:
     row = await read(request, token, after, lambda db, _: store.get_post(db, post_id))
     if row is None:
         raise ApiError(404, f"no post {post_id}")
-    return post_from_row(row)
+    return json_response(post_json(row))
 
 
 @router.delete("/posts/{post_id}", status_code=204, response_class=Response, tags=["posts"],
@@ -85,7 +93,7 @@ async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
             responses={**NOT_FOUND, **BAD_CURSOR_OR_TOKEN})
 async def user_posts(user_id: Id, token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
-                     cursor: CursorParam = None) -> Page:
+                     cursor: CursorParam = None) -> Response:
     """One author's posts, newest first."""
     kind = f"user:{user_id}"
     before = decode_cursor(kind, cursor)
@@ -112,7 +120,12 @@ def decode_cursor(kind: str, value: str | None) -> int | None:
         raise ApiError(400, f"{exc}: pass the next_cursor of a previous page unchanged", "invalid-cursor") from None
 
 
-def page(kind: str, rows: list[store.Row], limit: int) -> Page:
+def page(kind: str, rows: list[store.Row], limit: int) -> Response:
+    """The Page of the first `limit` rows (one more tells a next page exists), as bytes: the route's response_model
+    documents it, and nothing validates again what the database returned (models.page_json, same fields)."""
     items, more = paging.cut(rows, limit)
-    return Page(items=[post_from_row(r) for r in items],
-                next_cursor=cursors.encode(kind, items[-1]["id"]) if more else None)
+    return json_response(page_json(items, cursors.encode(kind, items[-1]["id"]) if more else None))
+
+
+def json_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status_code=status, media_type="application/json", headers=headers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,16 +15,21 @@ from prometheus_client import multiprocess
 from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.core.settings import Settings
-from testkit.processes import Processes, free_port
+from testkit.processes import Processes, children_of, free_port
 from testkit.waiting import eventually
 from tests.integration.api.conftest import serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
-def test_walfeed_api_process_serves_and_stops_on_sigterm(processes: Processes) -> None:
+@pytest.mark.parametrize(("server", "workers", "stop"), [
+    ("granian", "1", signal.SIGTERM), ("granian", "2", signal.SIGINT), ("uvicorn", "1", signal.SIGTERM),
+    ("uvicorn", "2", signal.SIGINT)])
+def test_walfeed_api_process_serves_and_stops_on_sigterm_or_sigint(processes: Processes, server: str, workers: str,
+                                                                   stop: signal.Signals) -> None:
     port = free_port()
-    api = processes.start("api", "api", "--port", str(port), env={"WALFEED_API_MAX_BODY_BYTES": "1024"})
+    api = processes.start("api", "api", "--port", str(port), "--workers", workers, env={
+        "WALFEED_API_MAX_BODY_BYTES": "1024", "WALFEED_API_SERVER": server})
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=10) as client:
         eventually(lambda: client.get("/readyz").status_code == 200, timeout=30, what="api ready")
@@ -37,7 +43,7 @@ def test_walfeed_api_process_serves_and_stops_on_sigterm(processes: Processes) -
             **auth, "content-type": "application/json"})
         assert big.status_code == 413  # the limit came from WALFEED_API_MAX_BODY_BYTES
         assert 'route="/v1/timeline"' in client.get("/metrics").text
-    assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+    assert api.stop(stop, timeout=30) == 0, api.log()
 
 
 HEALTHZ = {"method": "GET", "route": "/healthz", "status": "200"}
@@ -98,6 +104,31 @@ def test_several_worker_processes_share_the_port_and_sum_their_metrics(processes
         assert 'walfeed_api_requests_total{method="POST",route="/v1/posts",status="201"} 1.0' in text
     assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
     assert _metrics_dirs(tmp_path) == []  # removed at exit
+
+
+@pytest.mark.parametrize("server", ["granian", "uvicorn"])
+def test_workers_of_a_killed_api_stop_and_free_its_port(processes: Processes, server: str) -> None:
+    port = free_port()
+    env = {"WALFEED_API_SERVER": server}
+    api = processes.start("api", "api", "--port", str(port), "--workers", "2", env=env)
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, timeout=60, what="api ready")
+    workers = children_of(api.pid)
+    assert workers
+    api.kill()  # SIGKILL: the supervisor cannot stop them
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper is gone too
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+
+    eventually(lambda: all(gone(pid) for pid in workers), timeout=40, what="the killed api's workers to stop")
+    again = processes.start("api-again", "api", "--port", str(port), "--workers", "1", env=env)
+    eventually(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, timeout=60, what="new api ready")
+    assert again.stop(signal.SIGTERM, timeout=30) == 0, again.log()
 
 
 def test_bad_api_setting_stops_at_start_naming_it(processes: Processes) -> None:

@@ -106,6 +106,21 @@ def test_limits_hold_across_api_processes(processes: Processes) -> None:
         assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
 
 
+@pytest.mark.parametrize("server", ["granian", "uvicorn"])
+def test_the_real_process_partitions_sign_ups_by_the_address_a_local_proxy_forwards(processes: Processes,
+                                                                                   server: str) -> None:
+    port = free_port()
+    api = processes.start("api", "api", "--port", str(port), env={
+        "WALFEED_API_SIGNUP_LIMIT": "1", "WALFEED_API_SERVER": server})
+    base = f"http://127.0.0.1:{port}"
+    eventually(functools.partial(_ready, base), timeout=60, what="api ready")
+    with httpx.Client(base_url=base, timeout=10) as client:  # from 127.0.0.1: trusted (FORWARDED_ALLOW_IPS)
+        assert signup(client, "first").status_code == 201
+        assert signup(client, "other", address="203.0.113.99").status_code == 201  # another client
+        assert signup(client, "again").status_code == 429  # the first client's second
+    assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
+
+
 def test_limits_are_off_at_zero(settings: Settings) -> None:
     api = ApiSettings(pool_min=1, pool_max=2, signup_limit=Quota("signup", 0, 3600),
                       write_limit=Quota("write", 0, 60))
