@@ -34,7 +34,7 @@ from services.core import backoff, sdnotify
 log = logging.getLogger(__name__)
 
 READ_BATCH = 500  # messages read before the loop looks at its sockets and timers again
-READ_AHEAD = 2  # event copies held (read, not confirmed), at most, in windows (a fan-out event is 2: routes.py)
+READ_AHEAD = 2  # events held (read, not confirmed), at most, in windows
 TICK = 0.1  # seconds between two looks at the position to confirm
 
 
@@ -79,10 +79,12 @@ class Relay:
         self._sessions = Sessions()  # which tokens are stale: those of a replication session that ended
         self._publisher = make_publisher(self._on_confirmed, self._sessions.is_current)
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
-        # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
-        self._limit = READ_AHEAD * relay.window
+        # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows. The
+        # tracker counts messages' numbers, up to routes.COPIES_MAX an event: the limit is in those.
+        self._limit = READ_AHEAD * relay.window * routes.COPIES_MAX
         self._group_max = relay.group_max
-        self._resume_at = self._limit - max(1, relay.window // 4)  # read again once a quarter window is confirmed
+        # Read again once a quarter window is confirmed.
+        self._resume_at = self._limit - max(1, relay.window * routes.COPIES_MAX // 4)
         self._stream: Stream | None = None
         self._tracker: PositionTracker | None = None
         self._fd = -1

@@ -19,6 +19,8 @@ from services.cdc_relay.messages import GROUPED, SINGLE, Outgoing
 from services.cdc_relay.sessions import Token
 from services.core.events import FANOUT_TYPES
 
+COPIES_MAX = 2  # messages an event goes in, at most
+
 
 def copies(type: str) -> int:
     """How many messages carry an event of `type`: the sequence numbers the relay gives it."""

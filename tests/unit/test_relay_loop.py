@@ -12,6 +12,7 @@ import pytest
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import GROUPED, SINGLE
 from services.cdc_relay.relay import READ_AHEAD, READ_BATCH, TICK, Relay
+from services.cdc_relay.routes import COPIES_MAX
 from services.cdc_relay.sessions import SESSION_SEQ_BITS, Token
 from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
 from services.cdc_relay.testing import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
@@ -63,20 +64,21 @@ def test_reads_at_most_read_ahead_windows_then_a_quarter_window_confirmed_reads_
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream)
     h.relay.start()
-    stream.send(alone(5 * WINDOW, next_lsn=200))
+    stream.send(fanout(5 * WINDOW, next_lsn=200))  # two messages each (routes.py): the limit counts them
     loop.run_for(1.0)
-    limit = READ_AHEAD * WINDOW
+    limit = READ_AHEAD * WINDOW * COPIES_MAX  # READ_AHEAD windows of fan-out events
+    quarter = WINDOW * COPIES_MAX // 4
     assert len(h.publisher.submitted) == limit and not loop.watching(stream.fileno())
-    h.publisher.confirm(WINDOW // 4 - 1)
+    h.publisher.confirm(quarter - 1)
     loop.run_for(1.0)
     assert len(h.publisher.submitted) == limit  # less than a quarter window confirmed: still waiting
     h.publisher.confirm(1)
     loop.run_for(1.0)
-    assert len(h.publisher.submitted) == limit + WINDOW // 4 and not loop.watching(stream.fileno())
+    assert len(h.publisher.submitted) == limit + quarter and not loop.watching(stream.fileno())
     while h.publisher.held:
         h.publisher.confirm()
         loop.run_for(1.0)
-    assert len(h.publisher.submitted) == 5 * WINDOW and stream.buffered == 0
+    assert len(h.publisher.submitted) == 5 * WINDOW * COPIES_MAX and stream.buffered == 0
     assert stream.feedbacks[-1] == 200 and loop.watching(stream.fileno())
 
 
