@@ -389,7 +389,11 @@ def main() -> int:
                                  "WALFEED_WORKER_CONCURRENCY": "1", "WALFEED_WORKER_METRICS_PORT": "0",
                                  "WALFEED_LOG_LEVEL": "WARNING"})
         workers = [res.start(f"fanout-worker-{i}", ["worker"], env) for i in range(k)]
-        amqp = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
+        params = pika.URLParameters(infra.AMQP)
+        # No heartbeats: the connection sits idle while a side's posts are written, which on a loaded machine took
+        # longer than two heartbeat intervals, and the broker closed it.
+        params.heartbeat = 0
+        amqp = pika.BlockingConnection(params)
         try:
             channel = amqp.channel()
             channel.confirm_delivery()
