@@ -21,7 +21,8 @@ is noise, these are not (docs/adr/0026).
 
 Posts are written as the api writes them (services/api/sql.py CREATE_POST: the post and its post.created outbox
 row in one statement); their events are read back from the outbox and published to `{prefix}.events` as the
-relay publishes them (services/cdc_relay/publisher.py EventProperties; with --group-max above 1, default
+relay publishes them (services/cdc_relay/publisher.py EventProperties, routes.py: each alone to the events exchange
+and for the workers to the grouped exchange, docs/adr/0115; with --group-max above 1, default
 WALFEED_RELAY_GROUP_MAX, grouped as the relay groups a read of READ_BATCH events: docs/adr/0095), on a confirming
 channel. The workers are paused (SIGSTOP) while a batch is published and resumed (SIGCONT) when the clock starts,
 so the publisher's speed is not measured. A post is done when all its timeline rows exist: a primary-key probe of
@@ -53,9 +54,9 @@ import pika
 import psycopg
 
 from bench.lib import dbload, e2e, entry, infra, proc
-from services.cdc_relay import grouping
+from services.cdc_relay import routes
 from services.cdc_relay.config import RelaySettings
-from services.cdc_relay.messages import EventProperties, group_properties, outgoing
+from services.cdc_relay.messages import EVENTS, GROUPED, SINGLE, EventProperties, group_properties, outgoing
 from services.cdc_relay.relay import READ_BATCH
 from services.core import events as ev
 from services.core.topology import Topology
@@ -140,15 +141,18 @@ def outbox_events(conn: Conn, posts: list[Post]) -> list[ev.Event]:
 
 
 def publish(channel: Any, topology: Topology, events: list[ev.Event], group_max: int) -> None:
-    """As the relay does: routing key = type, persistent, JSON, message id; with `group_max` above 1, what one read
-    of the relay holds (READ_BATCH events) grouped as it groups them (services/cdc_relay/grouping.py); each message
-    confirmed by the broker."""
+    """As the relay does (services/cdc_relay/routes.py): routing key = type, persistent, JSON, message id; each event
+    alone to the events exchange (not mandatory: no queue of this bench is bound there) and to the grouped exchange,
+    where the workers' queue is bound, with `group_max` above 1 what one read of the relay holds (READ_BATCH events)
+    grouped as it groups them (grouping.py); each message confirmed by the broker."""
+    exchanges = {EVENTS: topology.events_exchange, SINGLE: topology.events_exchange,
+                 GROUPED: topology.grouped_exchange}
     for start in range(0, len(events), READ_BATCH):
-        read = [outgoing(e, start + i) for i, e in enumerate(events[start:start + READ_BATCH])]
-        for m in grouping.group(read, group_max):
+        read = [outgoing(e, 2 * (start + i)) for i, e in enumerate(events[start:start + READ_BATCH])]
+        for m in routes.relay(read, group_max):
             props = EventProperties(m.message_id, m.type, m.timestamp) if m.traceparents is None else \
                 group_properties(m)
-            channel.basic_publish(topology.events_exchange, m.type, m.body, props, mandatory=True)
+            channel.basic_publish(exchanges[m.route], m.type, m.body, props, mandatory=m.route != SINGLE)
 
 
 POLL = 0.005  # seconds: the shortest interval between two polls of wait_done
@@ -385,7 +389,11 @@ def main() -> int:
                                  "WALFEED_WORKER_CONCURRENCY": "1", "WALFEED_WORKER_METRICS_PORT": "0",
                                  "WALFEED_LOG_LEVEL": "WARNING"})
         workers = [res.start(f"fanout-worker-{i}", ["worker"], env) for i in range(k)]
-        amqp = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
+        params = pika.URLParameters(infra.AMQP)
+        # No heartbeats: the connection sits idle while a side's posts are written, which on a loaded machine took
+        # longer than two heartbeat intervals, and the broker closed it.
+        params.heartbeat = 0
+        amqp = pika.BlockingConnection(params)
         try:
             channel = amqp.channel()
             channel.confirm_delivery()

@@ -63,10 +63,13 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # the c
 
 class Queue:
     """Counts what arrived in a queue bound to `#` on the events exchange (an observer of infra.Resources, not
-    durable: the broker keeps its messages off disk, as before the bench shared the harness's observer)."""
+    durable: the broker keeps its messages off disk, as before the bench shared the harness's observer). A second
+    one takes what the relay publishes to the grouped exchange for walfeed's queues (docs/adr/0115), so that it is
+    routed as in production; it is emptied with the first."""
 
     def __init__(self, res: infra.Resources, prefix: str) -> None:
         self.exchange, self.name = Topology(prefix).events_exchange, res.observer(prefix, durable=False)
+        self.grouped = res.observer(prefix, durable=False, grouped=True)
         self.conn = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
         self.ch = self.conn.channel()
 
@@ -75,6 +78,7 @@ class Queue:
 
     def purge(self) -> None:
         self.ch.queue_purge(self.name)
+        self.ch.queue_purge(self.grouped)
 
     def close(self) -> None:
         self.conn.close()
@@ -255,12 +259,16 @@ def lag_run(res: infra.Resources, url: str, env: dict[str, str], prefix: str, ra
     ch = conn.channel()
     queue = ch.queue_declare(f"{prefix}.bench.lag", exclusive=True).method.queue
     ch.queue_bind(queue, Topology(prefix).events_exchange, "#")
+    # Walfeed's queues' copies (ADR 0115) must be taken too, or the relay holds its position: not timed.
+    grouped = ch.queue_declare(f"{prefix}.bench.lag.grouped", exclusive=True).method.queue
+    ch.queue_bind(grouped, Topology(prefix).grouped_exchange, "#")
 
     def seen(_c: object, _m: object, props: pika.BasicProperties, body: bytes) -> None:
         now = time.time()  # each event of a group (WALFEED_RELAY_GROUP_MAX above 1, ADR 0095) arrived now
         received.update((event_id, now) for event_id in event_ids(props, body))
 
     ch.basic_consume(queue, seen, auto_ack=True)
+    ch.basic_consume(grouped, lambda *_: None, auto_ack=True)
     relay = res.start("relay-lag", ["relay"], env)
     stop_flag = threading.Event()
 

@@ -73,24 +73,28 @@ def drop_database(infra: Infra, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def declare_observer(amqp_url: str, topology: Topology, suffix: str = "observe", durable: bool = True) -> str:
-    """A queue `{prefix}.test.<suffix>` bound to `#` on the events exchange: it sees every event and, durable,
+def declare_observer(amqp_url: str, topology: Topology, suffix: str = "observe", durable: bool = True,
+                     exchange: str | None = None) -> str:
+    """A queue `{prefix}.test.<suffix>` bound to `#` on `exchange` (default: the events exchange, where it sees every
+    event alone; the grouped exchange: every fan-out event, as walfeed's queues get them, docs/adr/0115) and, durable,
     survives a broker restart (not durable, the broker keeps its messages off disk: the relay benchmark's counter).
-    Declare it before the relay starts (else events are unroutable); delete it with delete_amqp_names."""
+    Declare it before the relay starts (else a delivery event, or on the grouped exchange a fan-out one, is
+    unroutable); delete it with delete_amqp_names."""
     queue = f"{topology.prefix}.test.{suffix}"
+    exchange = exchange or topology.events_exchange
     conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
         channel = conn.channel()
-        channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
+        channel.exchange_declare(exchange, exchange_type="topic", durable=True)
         channel.queue_declare(queue, durable=durable)
-        channel.queue_bind(queue, topology.events_exchange, "#")
+        channel.queue_bind(queue, exchange, "#")
     finally:
         conn.close()
     return queue
 
 
 def event_ids(props: pika.BasicProperties, body: bytes) -> list[str]:
-    """The ids of the events a message of the events exchange carries, as an observer counts them: each event of a
+    """The ids of the events a message of either exchange carries, as an observer counts them: each event of a
     group apart (WALFEED_RELAY_GROUP_MAX above 1, docs/events.md "Groups"), else the message's id (its body when it
     has none: an injected poison)."""
     whole = [props.message_id or body.decode(errors="replace")]

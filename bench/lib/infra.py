@@ -241,10 +241,13 @@ class Resources:
             declare_amqp(prefix)
         return prefix
 
-    def observer(self, prefix: str, durable: bool = True) -> str:
+    def observer(self, prefix: str, durable: bool = True, grouped: bool = False) -> str:
         """A queue `{prefix}.test.bench` bound to every event on the prefix's events exchange (the test harness's
-        observer), deleted with the prefix. Returns its name."""
-        queue = resources.declare_observer(AMQP, Topology(prefix), "bench", durable=durable)
+        observer), or with `grouped` `{prefix}.test.bench.grouped` on its grouped exchange (docs/adr/0115), deleted
+        with the prefix. Returns its name."""
+        topology = Topology(prefix)
+        queue = resources.declare_observer(AMQP, topology, "bench.grouped" if grouped else "bench", durable=durable,
+                                           exchange=topology.grouped_exchange if grouped else None)
         self.prefixes[prefix].append(queue)
         return queue
 

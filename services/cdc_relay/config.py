@@ -3,7 +3,7 @@
 | variable | default | meaning |
 |---|---|---|
 | `WALFEED_RELAY_WINDOW` | 1000 | messages unconfirmed by the broker, at most (cdc: events read a window more ahead) |
-| `WALFEED_RELAY_GROUP_MAX` | 1 | events of one fan-out type per message, at most (cdc source, grouping.py, ADR 0095) |
+| `WALFEED_RELAY_GROUP_MAX` | 10 | fan-out events per message of the grouped exchange, at most (cdc; ADR 0095, 0115) |
 | `WALFEED_RELAY_STATUS_INTERVAL` | 10 | seconds between status updates to Postgres (wal_sender_timeout is 60 s) |
 | `WALFEED_RELAY_METRICS_PORT` | 9101 | Prometheus metrics port; 0 turns the endpoint off |
 | `WALFEED_RELAY_METRICS_HOST` | 127.0.0.1 | address the metrics endpoint binds (unauthenticated: keep it internal) |
@@ -29,7 +29,7 @@ from services.core.settings import METRICS_HOST, Env, SettingsError
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
     window: int = 1000
-    group_max: int = 1  # 1: every event a message of its own (grouping.py)
+    group_max: int = 10  # events per message of the grouped exchange, at most; 1: each alone (grouping.py, routes.py)
     status_interval: float = 10.0
     metrics_port: int = 9101
     metrics_host: str = "127.0.0.1"
@@ -46,7 +46,7 @@ class RelaySettings:
         env = Env(environ)
         return cls(
             window=env.int("WALFEED_RELAY_WINDOW", 1000, minimum=1, maximum=100_000),
-            group_max=env.int("WALFEED_RELAY_GROUP_MAX", 1, minimum=1, maximum=500),  # a read: relay.READ_BATCH
+            group_max=env.int("WALFEED_RELAY_GROUP_MAX", 10, minimum=1, maximum=500),  # a read: relay.READ_BATCH
             status_interval=env.float("WALFEED_RELAY_STATUS_INTERVAL", 10.0, minimum=0.1, maximum=30.0),
             metrics_port=env.int("WALFEED_RELAY_METRICS_PORT", 9101, minimum=0, maximum=65535),
             metrics_host=env.str("WALFEED_RELAY_METRICS_HOST", "127.0.0.1", METRICS_HOST),

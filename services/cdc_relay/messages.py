@@ -1,8 +1,9 @@
 """The AMQP message of an outbox event (docs/events.md): what the relay and the polling source publish.
 
 `Outgoing` carries an opaque token, handed back to the caller once the broker confirmed the message.
-`EventProperties` are its AMQP properties, as pika encodes them. The CDC source may merge several events of one type
-into a group's message (grouping.py, docs/adr/0095): `group_properties` are that message's.
+`EventProperties` are its AMQP properties, as pika encodes them. A fan-out event goes to two exchanges (routes.py,
+docs/adr/0115): `route` says which. The CDC source may merge several events of one type into a group's message on
+the grouped exchange (grouping.py, docs/adr/0095): `group_properties` are that message's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from services.core.events import (
 )
 from services.core.tracecontext import HEADER as TRACEPARENT
 
+# Where a message goes (docs/adr/0115, routes.py): an index into the publisher's table of (exchange, mandatory).
+EVENTS = 0  # the events exchange, mandatory: a delivery event, its one message (its queues are bound there)
+SINGLE = 1  # the events exchange, not mandatory: a fan-out event's own message, the published contract, for
+#             consumers that are not walfeed's (there may be none)
+GROUPED = 2  # the grouped exchange, mandatory: a fan-out event for walfeed's consumers, alone or in a group
+
 T = TypeVar("T", covariant=True)  # an Outgoing[int] is an Outgoing[int | range]: it is immutable
 S = TypeVar("S")
 
@@ -39,6 +46,7 @@ class Outgoing(NamedTuple, Generic[T]):
     # A group's message only: its events' creation contexts in order, "" for one without (the TRACEPARENTS_HEADER);
     # None for a single event's message. A group's `traceparent` is its first event's: the parent of its send span.
     traceparents: tuple[str, ...] | None = None
+    route: int = EVENTS  # EVENTS, SINGLE or GROUPED
 
     @property
     def events(self) -> int:

@@ -20,7 +20,9 @@ from services.core import slots
 log = logging.getLogger(__name__)
 
 # With WALFEED_RELAY_GROUP_MAX above 1 a message may carry several events (grouping.py, docs/adr/0095): the
-# counters count events, a group all of its; CONFIRM_LATENCY observes messages.
+# counters count events, a group all of its; CONFIRM_LATENCY observes messages. A fan-out event is two messages, one
+# on each exchange (routes.py, docs/adr/0115): PUBLISHED counts it once, with its walfeed copy; IN_FLIGHT, UNROUTABLE
+# and REPUBLISHED count each copy.
 PUBLISHED = Counter("walfeed_relay_events_published_total", "Events confirmed by the broker (each event of a group)")
 UNROUTABLE = Counter("walfeed_relay_events_unroutable_total",
                      "Events returned unroutable or nacked (retried); each event of a group")
@@ -74,7 +76,8 @@ CONFIRM_LATENCY = BatchHistogram(
     "walfeed_relay_confirm_latency_seconds", "First publish to broker confirm, per message (a group once)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-IN_FLIGHT = Gauge("walfeed_relay_in_flight_events", "Events read from the source, not confirmed by the broker yet")
+IN_FLIGHT = Gauge("walfeed_relay_in_flight_events",
+                  "Events read from the source, not confirmed by the broker yet; a fan-out event's two copies apart")
 SLOT_LAG = Gauge("walfeed_relay_slot_lag_bytes", "pg_current_wal_lsn() - confirmed_flush_lsn of the slot")
 SLOT_RETAINED = Gauge("walfeed_relay_slot_retained_bytes",
                       "pg_current_wal_lsn() - restart_lsn of the slot: WAL the server keeps for it")

@@ -25,7 +25,7 @@ import psycopg
 from prometheus_client import Counter
 from psycopg.rows import TupleRow
 
-from services.cdc_relay import metrics, poll_sql
+from services.cdc_relay import metrics, poll_sql, routes
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import Outgoing, outgoing
 from services.cdc_relay.poll_policy import (
@@ -152,9 +152,10 @@ class Poller:
         for row in poll_sql.claim_order(rows):
             event = poll_sql.row_event(row)
             batch.append(outgoing(event, str(event.id), poll_sql.row_traceparent(row)))
-        self._claims.claimed(m.message_id for m in batch)
+        messages = routes.poll(batch)  # a fan-out event twice: alone, and for walfeed's consumers (ADR 0115)
+        self._claims.claimed(m.token for m in messages)
         metrics.IN_FLIGHT.set(self._claims.in_flight)
-        self._publisher.submit(batch)
+        self._publisher.submit(messages)
         log.debug("claimed", extra={"count": len(batch), "in_flight": self._claims.in_flight,
                                     "claim_ms": round((time.monotonic() - began) * 1000, 1)})
         return len(batch)

@@ -61,8 +61,10 @@ def mark_due(pending: int, batch: int, since_last: float, stopping: bool) -> boo
 class Claims:
     """Event ids of this poller: claimed and published, confirmed by the broker (to mark), then marked.
 
-    An id can be in flight twice (our own lease ran out while the broker was slow and we claimed it again):
-    counted, so the window stays honest; confirmed once is enough to mark it.
+    An id is in flight once per message carrying it: twice for a fan-out event (alone on the events exchange, and on
+    the grouped exchange for walfeed's consumers: routes.py), more when our own lease ran out while the broker was
+    slow and we claimed it again. Counted, so the window stays honest, and marked once none of them is in flight:
+    only then has every exchange's copy been confirmed (docs/adr/0115).
     """
 
     def __init__(self) -> None:
@@ -91,9 +93,9 @@ class Claims:
             self._count -= 1
             if left == 1:
                 del self._in_flight[event_id]
+                self._to_mark.add(event_id)
             else:
                 self._in_flight[event_id] = left - 1
-            self._to_mark.add(event_id)
 
     def take_marks(self) -> list[str]:
         """Confirmed ids to mark published (sorted: stable lock order across pollers); they leave the book."""

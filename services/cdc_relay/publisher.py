@@ -29,7 +29,7 @@ import pika.spec
 from pika.adapters.select_connection import IOLoop
 
 from services.cdc_relay import metrics
-from services.cdc_relay.messages import EventProperties, Outgoing, group_properties
+from services.cdc_relay.messages import EVENTS, GROUPED, SINGLE, EventProperties, Outgoing, group_properties
 from services.cdc_relay.publisher_state import PublisherState, T, always_current
 from services.core import amqp, backoff, tracecontext, tracing
 from services.core.events import TRACEPARENTS_HEADER
@@ -53,7 +53,11 @@ class Publisher(Generic[T]):
         # A send span per confirmed message when tracing (docs/adr/0072): one per group too, child of its first
         # event's context (messages.Outgoing.traceparent); the group's other events' contexts travel in its header.
         self._traces = traces
-        self._exchange = topology.events_exchange
+        self._exchange, self._grouped = topology.events_exchange, topology.grouped_exchange
+        # (exchange, mandatory) by Outgoing.route (routes.py, docs/adr/0115): a fan-out event's SINGLE copy is not
+        # mandatory, since consumers that are not walfeed's may or may not be bound; the others are (ADR 0012).
+        self._routes = {EVENTS: (self._exchange, True), SINGLE: (self._exchange, False),
+                        GROUPED: (self._grouped, True)}
         self._nodes = amqp.node_parameters(amqp_url, name="walfeed-relay", blocked_connection_timeout=blocked_timeout)
         self._node = 0  # index in _nodes of the node connected, or tried next
         self._on_confirmed = on_confirmed
@@ -137,9 +141,13 @@ class Publisher(Generic[T]):
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         channel.exchange_declare(self._exchange, **amqp.EVENTS_EXCHANGE,
-                                 callback=lambda _frame: channel.confirm_delivery(
-                                     ack_nack_callback=self._on_ack_nack,
-                                     callback=lambda _frame: self._on_confirm_mode(channel)))
+                                 callback=lambda _frame: channel.exchange_declare(
+                                     self._grouped, **amqp.EVENTS_EXCHANGE,
+                                     callback=lambda _frame: self._on_declared(channel)))
+
+    def _on_declared(self, channel: Any) -> None:
+        channel.confirm_delivery(ack_nack_callback=self._on_ack_nack,
+                                 callback=lambda _frame: self._on_confirm_mode(channel))
 
     def _on_confirm_mode(self, channel: Any) -> None:
         self._channel, self._blocked, self._attempt = channel, False, 0
@@ -202,11 +210,12 @@ class Publisher(Generic[T]):
         if channel is None or self._blocked:
             return
         # The hot loop of the relay: names looked up once, not per message.
-        publish, exchange, properties = channel.basic_publish, self._exchange, EventProperties
+        publish, routes, properties = channel.basic_publish, self._routes, EventProperties
         for message in self._state.to_publish(time.monotonic()):
+            exchange, mandatory = routes[message.route]
             publish(exchange, message.type, message.body,
                     properties(message.message_id, message.type, message.timestamp, message.traceparent)
-                    if message.traceparents is None else group_properties(message), mandatory=True)
+                    if message.traceparents is None else group_properties(message), mandatory=mandatory)
 
     def _on_return(self, _channel: Any, method: pika.spec.Basic.Return, properties: pika.BasicProperties,
                    _body: bytes) -> None:
@@ -233,9 +242,12 @@ class Publisher(Generic[T]):
         if settled.tokens:  # metrics per ack frame, not per event
             metrics.CONFIRM_LATENCY.observe_since(now, settled.first_sent)
             metrics.PUBLISHED.inc(settled.events)
-            if self._traces.enabled:
-                self._traces.sent(self._exchange, [tracing.Sent(m.traceparent, m.message_id, m.type, at)
-                                                   for m, at in settled.confirmed], now)
+            if self._traces.enabled:  # one send span per event: its walfeed copy's, or a delivery event's
+                for route, exchange in ((EVENTS, self._exchange), (GROUPED, self._grouped)):
+                    sent = [tracing.Sent(m.traceparent, m.message_id, m.type, at)
+                            for m, at in settled.confirmed if m.route == route]
+                    if sent:
+                        self._traces.sent(exchange, sent, now)
             self._on_confirmed(settled.tokens)
         if settled.failed:
             retried = self._state.retry(settled.failed, now)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from services.cdc_relay.confirms import ConfirmBook
-from services.cdc_relay.messages import Outgoing
+from services.cdc_relay.messages import SINGLE, Outgoing
 from services.core import backoff
 
 T = TypeVar("T")
@@ -121,12 +121,14 @@ class PublisherState(Generic[T]):
         batch = [popleft() for _ in range(count)]
         if self._first_sent:  # some of them failed before: they keep their first publish time
             pop = self._first_sent.pop
-            self._book.sent_many([(m.message_id, (m, pop(m.message_id, now))) for m in batch])
+            self._book.sent_many([(key(m), (m, pop(key(m), now))) for m in batch])
         else:
-            self._book.sent_many([(m.message_id, (m, now)) for m in batch])
+            self._book.sent_many([(m.message_id if m.route != SINGLE else _SINGLE + m.message_id, (m, now))
+                                  for m in batch])
         return batch
 
     def returned(self, message_id: str) -> None:
+        """The broker returned the message `message_id`: a mandatory one (never a SINGLE copy, not mandatory)."""
         self._book.returned(message_id)
 
     def acked(self, tag: int, multiple: bool) -> Settled[T]:
@@ -148,9 +150,9 @@ class PublisherState(Generic[T]):
         again = self._keep(failed)
         tries, retry, order = self._tries, self._retry, self._order
         for message in again:
-            count = tries[message.message_id] = tries.get(message.message_id, 0) + 1
+            count = tries[key(message)] = tries.get(key(message), 0) + 1
             heapq.heappush(retry, (now + backoff.delay(count, RETRY_BASE, RETRY_CAP), next(order), message))
-        return _events(again)
+        return _events(again, singles=True)
 
     def due(self, now: float) -> None:
         """Retrying messages whose backoff is over become ready, and a probe may go once its wait is over."""
@@ -167,7 +169,7 @@ class PublisherState(Generic[T]):
         again = self._keep(self._book.reset())
         self._ready.extendleft(reversed(again))
         self._stop_probing()  # a new channel starts with the whole window
-        return _events(again)
+        return _events(again, singles=True)
 
     def drop_stale(self) -> None:
         """Forget the waiting messages `is_current` no longer accepts. Unconfirmed ones are forgotten if they fail:
@@ -189,7 +191,7 @@ class PublisherState(Generic[T]):
     def _settled(self, confirmed: list[Entry[T]], failed: list[Entry[T]]) -> Settled[T]:
         if self._tries:
             for message, _ in confirmed:
-                self._tries.pop(message.message_id, None)
+                self._tries.pop(key(message), None)
         return Settled([m.token for m, _ in confirmed], [at for _, at in confirmed], failed, confirmed,
                        _events(m for m, _ in confirmed))
 
@@ -198,17 +200,29 @@ class PublisherState(Generic[T]):
         is_current, first_sent, again = self._is_current, self._first_sent, []
         for message, at in entries:
             if is_current(message.token):
-                first_sent.setdefault(message.message_id, at)
+                first_sent.setdefault(key(message), at)
                 again.append(message)
             else:
                 self._forget(message)
         return again
 
     def _forget(self, message: Outgoing[T]) -> None:
-        self._tries.pop(message.message_id, None)
-        self._first_sent.pop(message.message_id, None)
+        self._tries.pop(key(message), None)
+        self._first_sent.pop(key(message), None)
 
 
-def _events(messages: Iterable[Outgoing[T]]) -> int:
-    """How many events `messages` carry: one each, all of its own for a group's (docs/adr/0095)."""
-    return sum(1 if m.traceparents is None else len(m.traceparents) for m in messages)
+_SINGLE = "single:"  # before a SINGLE copy's key: its event's walfeed copy has the same message id (routes.py)
+
+
+def key(message: Outgoing[object]) -> str:
+    """The message's key in the book and the dicts: its id, which a return names; a fan-out event's SINGLE copy,
+    never returned (not mandatory), apart from its walfeed copy of the same id."""
+    return message.message_id if message.route != SINGLE else _SINGLE + message.message_id
+
+
+def _events(messages: Iterable[Outgoing[T]], singles: bool = False) -> int:
+    """How many events `messages` carry: one each, all of its own for a group's (docs/adr/0095); a fan-out event's
+    SINGLE copy counted only with `singles` (docs/adr/0115: published, an event counts once; published again, each
+    copy is a duplicate for its consumers)."""
+    return sum(1 if m.traceparents is None else len(m.traceparents) for m in messages
+               if singles or m.route != SINGLE)

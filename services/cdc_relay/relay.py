@@ -2,9 +2,10 @@
 
 A pika IOLoop watches the replication socket and the broker's socket and runs the timers (docs/adr/0014): the
 stream is read when it is readable and the read-ahead allows (at most READ_AHEAD windows of events unconfirmed),
-events go straight to the publisher (which keeps one window of messages at the broker), each alone or, with
-WALFEED_RELAY_GROUP_MAX above 1, grouped with the events of its type read with it (grouping.py, docs/adr/0095), and
-its confirmations come back as calls on the same thread. Nothing here blocks on the broker: status updates go out
+events go straight to the publisher (which keeps one window of messages at the broker): each alone to the events
+exchange, and a fan-out event also to the grouped exchange for walfeed's consumers, grouped with the events of its type
+read with it up to WALFEED_RELAY_GROUP_MAX (routes.py, grouping.py, docs/adr/0115, 0095); confirmations come back
+as calls on the same thread. Nothing here blocks on the broker: status updates go out
 from a timer whatever the broker does (slow, blocked by an alarm, down), well inside wal_sender_timeout.
 
 The relay is handed its loop, a way to open the stream and a way to build the publisher (main.py builds the real
@@ -21,7 +22,7 @@ from typing import Any, Protocol, cast
 
 from pika.adapters.select_connection import IOLoop
 
-from services.cdc_relay import grouping, metrics, sessions
+from services.cdc_relay import metrics, routes, sessions
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.positions import PositionTracker
@@ -78,10 +79,12 @@ class Relay:
         self._sessions = Sessions()  # which tokens are stale: those of a replication session that ended
         self._publisher = make_publisher(self._on_confirmed, self._sessions.is_current)
         # The broker keeps one window; the stream is read up to one more ahead of it, so the broker's window is
-        # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows.
-        self._limit = READ_AHEAD * relay.window
+        # refilled from memory, never waits for the stream. Events held stay bounded by READ_AHEAD windows. The
+        # tracker counts messages' numbers, up to routes.COPIES_MAX an event: the limit is in those.
+        self._limit = READ_AHEAD * relay.window * routes.COPIES_MAX
         self._group_max = relay.group_max
-        self._resume_at = self._limit - max(1, relay.window // 4)  # read again once a quarter window is confirmed
+        # Read again once a quarter window is confirmed.
+        self._resume_at = self._limit - max(1, relay.window * routes.COPIES_MAX // 4)
         self._stream: Stream | None = None
         self._tracker: PositionTracker | None = None
         self._fd = -1
@@ -190,7 +193,7 @@ class Relay:
             self._lose_stream(exc)
             return
         if batch:
-            self._publisher.submit(grouping.group(batch, self._group_max) if self._group_max > 1 else batch)
+            self._publisher.submit(routes.relay(batch, self._group_max))
             metrics.IN_FLIGHT.set(tracker.in_flight)
         if tracker.in_flight >= self._limit:
             self._watch(False)
@@ -223,7 +226,7 @@ class Relay:
         tracker = self._tracker
         if tracker is None:
             return  # the session ended: Postgres sends its events again
-        # Without grouping every token is one event's number: the list is used as it is, on the hot path.
+        # Without grouping every token is one copy's number: the list is used as it is, on the hot path.
         seqs = sessions.seqs(tokens) if self._group_max > 1 else cast(list[int], tokens)
         tracker.confirmed_many(self._sessions.current(seqs))  # a session that ended: not ours to count
         metrics.IN_FLIGHT.set(tracker.in_flight)
@@ -295,14 +298,16 @@ class Relay:
 
     @staticmethod
     def _read(stream: Stream, tracker: PositionTracker, batch: list[Outgoing[int]], room: int) -> bool:
-        """Read up to READ_BATCH messages and at most `room` events; True when more may be waiting.
+        """Read up to READ_BATCH messages and at most `room` event copies; True when more may be waiting.
 
         The hot loop of the relay: the tracker hears of the events once per transaction part (at the
-        commit, or at the end of the batch), not per event; their sequence numbers are the ones it will give.
+        commit, or at the end of the batch), not per event; their sequence numbers are the ones it will give, one
+        per message that will carry the event (routes.py: two for a fan-out event, s and s + 1, so that its position
+        waits for both).
         """
-        read_message, append = stream.read_message, batch.append
+        read_message, append, copies_of = stream.read_message, batch.append, routes.copies
         seq = tracker.next_seq  # of the next event
-        pending = 0  # events of the open transaction not told to the tracker yet
+        pending = 0  # copies of events of the open transaction not told to the tracker yet
         more = True
         for _ in range(READ_BATCH):
             raw = read_message()
@@ -313,10 +318,11 @@ class Relay:
             if isinstance(message, Insert):
                 append(Outgoing(seq, message.body, message.event_id, message.type, message.timestamp,
                                 message.traceparent))
-                seq += 1
-                pending += 1
-                room -= 1
-                if not room:
+                copies = copies_of(message.type)
+                seq += copies
+                pending += copies
+                room -= copies
+                if room <= 0:
                     more = False
                     break
             elif isinstance(message, Begin):

@@ -196,17 +196,18 @@ class StubPublisher:
         on_stopped()
 
 
-def transaction(events: int, next_lsn: int) -> list[bytes]:
-    """The wal2json messages of a transaction that wrote `events` outbox rows and ended at `next_lsn`."""
-    inserts = [_insert(str(uuid.uuid4())) for _ in range(events)]
+def transaction(events: int, next_lsn: int, type: str = "post.created") -> list[bytes]:
+    """The wal2json messages of a transaction that wrote `events` outbox rows of `type` and ended at `next_lsn`."""
+    inserts = [_insert(str(uuid.uuid4()), type) for _ in range(events)]
     end = {"action": "C", "lsn": wal2json.format_lsn(next_lsn - 1), "nextlsn": wal2json.format_lsn(next_lsn)}
     return [b'{"action":"B"}', *inserts, orjson.dumps(end)]
 
 
-def _insert(event_id: str) -> bytes:
+def _insert(event_id: str, type: str) -> bytes:
+    aggregate, payload = ("post", '{"post_id": 7}') if type.startswith("post.") else ("delivery", '{"delivery_id": 7}')
     columns: list[dict[str, Any]] = [
-        {"name": "id", "value": event_id}, {"name": "aggregatetype", "value": "post"},
-        {"name": "aggregateid", "value": "7"}, {"name": "type", "value": "post.created"},
-        {"name": "payload", "value": '{"post_id": 7}'}, {"name": "created_at", "value": "2026-11-29 19:29:48+00"},
+        {"name": "id", "value": event_id}, {"name": "aggregatetype", "value": aggregate},
+        {"name": "aggregateid", "value": "7"}, {"name": "type", "value": type},
+        {"name": "payload", "value": payload}, {"name": "created_at", "value": "2026-11-29 19:29:48+00"},
     ]
     return orjson.dumps({"action": "I", "lsn": "0/1", "schema": "public", "table": "outbox", "columns": columns})

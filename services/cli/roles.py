@@ -109,11 +109,12 @@ def _exactly(*names: str) -> str:
 def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> dict[str, Permissions]:
     """Per process, what RabbitMQ lets it do (operation -> permission table of RabbitMQ's access control guide).
 
-    relay: declare (configure) and publish to (write) the events exchange; read nothing.
-    worker: declare its topology: both exchanges and its three queues (configure); bind its queues (write on each
-    queue, read on the exchange bound from); consume the fan-out queue (read); declare the retry queue with the
-    settle exchange as dead-letter exchange (read on the queue, write on the exchange); publish retry copies and
-    dead letters to the settle exchange (write). No right on the default exchange: a publish there is checked
+    relay: declare (configure) and publish to (write) the events exchange and the grouped exchange; read nothing.
+    worker: declare its topology: the three exchanges and its three queues (configure); bind its queues (write on
+    each queue, read on the exchange bound from: the grouped one; and the events exchange, to unbind, ADR 0115);
+    consume the fan-out queue (read); declare the retry queue with the settle exchange as dead-letter exchange
+    (read on the queue, write on the exchange); publish retry copies and dead letters to the settle exchange
+    (write). No right on the default exchange: a publish there is checked
     against amq.default only, not against the queue named by the routing key, so it would reach any queue of the
     vhost (docs/adr/0060).
     notifier: as the worker, on its own queues and settle exchange; and declare (configure) and bind (write) the
@@ -129,7 +130,8 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
     dead_lettering = [t.delivery_settle_exchange, *work] if queue_type == queues.QUORUM else []
     return {
-        "relay": Permissions(configure=_exactly(t.events_exchange), write=_exactly(t.events_exchange), read=NOTHING),
+        "relay": Permissions(configure=_exactly(t.events_exchange, t.grouped_exchange),
+                             write=_exactly(t.events_exchange, t.grouped_exchange), read=NOTHING),
         "worker": Permissions(
             configure=_exactly(*t.exchanges(), *t.queues()),
             write=_exactly(t.settle_exchange, *t.queues()),

@@ -15,8 +15,10 @@ DELIVERY_RETRY_DELAYS_MS: Final = tuple(1 << k for k in range(7, 28))
 
 @dataclass(frozen=True, slots=True)
 class ConsumerQueues:
-    """One consumer of the events exchange (docs/adr/0020): its work queue and bindings, its retry and dead
-    queues, and the direct exchange it republishes through (retry copies, dead letters, expired retries back)."""
+    """One walfeed consumer of the events (docs/adr/0020): its work queue and its bindings on `source` (the
+    grouped exchange, docs/adr/0115), its retry and dead queues, and the direct exchange it republishes through
+    (retry copies, dead letters, expired retries back). `events_exchange`, the published single-event exchange,
+    is the one its queue was bound to before ADR 0115: it unbinds the queue there at start."""
 
     events_exchange: str
     queue: str
@@ -24,12 +26,13 @@ class ConsumerQueues:
     retry_queue: str
     dead_queue: str
     settle_exchange: str
+    source: str
 
     def queues(self) -> tuple[str, ...]:
         return (self.queue, self.retry_queue, self.dead_queue)
 
     def exchanges(self) -> tuple[str, ...]:
-        return (self.events_exchange, self.settle_exchange)
+        return (self.events_exchange, self.source, self.settle_exchange)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,13 @@ class Topology:
         return f"{self.prefix}.events"
 
     @property
+    def grouped_exchange(self) -> str:
+        """Topic exchange of walfeed's own consumers (docs/adr/0115): every fan-out event (`post.*`, `follow.*`)
+        again, routing key = its type, in groups of up to WALFEED_RELAY_GROUP_MAX events a message (docs/events.md
+        "Groups"). `events_exchange` carries each of them alone, the published contract."""
+        return f"{self.prefix}.events.grouped"
+
+    @property
     def fanout_queue(self) -> str:
         return f"{self.prefix}.fanout"
 
@@ -73,7 +83,7 @@ class Topology:
         through which it could publish into any queue of the vhost (docs/adr/0060)."""
         return f"{self.prefix}.fanout.settle"
 
-    # The fan-out queue's bindings on the events exchange.
+    # The fan-out queue's bindings on the grouped exchange.
     fanout_bindings: ClassVar[tuple[str, ...]] = ("post.*", "follow.*")
 
     def dead_letter_queues(self) -> tuple[DeadLetterQueue, ...]:
@@ -94,12 +104,12 @@ class Topology:
 
     def exchanges(self) -> tuple[str, ...]:
         """The exchanges the fan-out worker declares."""
-        return (self.events_exchange, self.settle_exchange)
+        return self.fanout.exchanges()
 
     @property
     def fanout(self) -> ConsumerQueues:
         return ConsumerQueues(self.events_exchange, self.fanout_queue, self.fanout_bindings, self.retry_queue,
-                              self.dead_queue, self.settle_exchange)
+                              self.dead_queue, self.settle_exchange, self.grouped_exchange)
 
     @property
     def notifier(self) -> ConsumerQueues:
@@ -107,7 +117,7 @@ class Topology:
         that it never slows the fan-out down."""
         base = f"{self.prefix}.notifier"
         return ConsumerQueues(self.events_exchange, base, ("post.*", "follow.*"), f"{base}.retry", f"{base}.dead",
-                              f"{base}.settle")
+                              f"{base}.settle", self.grouped_exchange)
 
     # Notification delivery (docs/amqp.md, docs/adr/0081).
 

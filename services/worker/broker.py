@@ -36,13 +36,19 @@ def declare(channel: BlockingChannel, queues: ConsumerQueues, dead_max_length: i
             queue_type: str = queue_args.CLASSIC) -> None:
     """A consumer's queues (docs/adr/0020) and its settle exchange, of `queue_type` (services/core/queues.py).
     Durable; the retry queue dead-letters expired copies back to the work queue; the dead queue is bounded and
-    refuses publishes when full (never drops what it holds)."""
+    refuses publishes when full (never drops what it holds). The work queue is bound on the grouped exchange
+    (docs/adr/0115) and unbound from the events exchange, where walfeed's queues were bound before: bound on both
+    it would get every event twice. Bound first, unbound then: an event published between the two is a duplicate,
+    never a loss."""
     channel.exchange_declare(queues.events_exchange, **EVENTS_EXCHANGE)
+    channel.exchange_declare(queues.source, **EVENTS_EXCHANGE)
     channel.exchange_declare(queues.settle_exchange, exchange_type="direct", durable=True)
     channel.queue_declare(queues.queue, durable=True,
                           arguments=queue_args.work_queue(queue_type, queues.settle_exchange, queues.dead_queue))
     for key in queues.bindings:
-        channel.queue_bind(queues.queue, queues.events_exchange, routing_key=key)
+        channel.queue_bind(queues.queue, queues.source, routing_key=key)
+    for key in queues.bindings:
+        channel.queue_unbind(queues.queue, queues.events_exchange, routing_key=key)
     channel.queue_declare(queues.retry_queue, durable=True,
                           arguments=queue_args.retry_queue(queue_type, queues.settle_exchange, queues.queue))
     channel.queue_declare(queues.dead_queue, durable=True,

@@ -188,6 +188,10 @@ class StubChannel:
         if (exchange, routing_key, queue) not in self._broker.bindings:
             self._broker.bindings.append((exchange, routing_key, queue))
 
+    def queue_unbind(self, queue: str, exchange: str, routing_key: str) -> None:
+        if (exchange, routing_key, queue) in self._broker.bindings:  # RabbitMQ: unbinding what is not bound is fine
+            self._broker.bindings.remove((exchange, routing_key, queue))
+
     def basic_qos(self, prefetch_count: int = 0) -> None:
         self.prefetch = prefetch_count
 

@@ -6,7 +6,8 @@ Sizes come from the environment so CI runs a short version and an operator a lon
   WALFEED_CHAOS_SEED (default 3: its 8 faults restart the broker and Postgres among others; "random" draws
   one, printed so the run can be replayed),
   WALFEED_CHAOS_KINDS (comma-separated fault kinds, default all of tests/chaos/schedule.py FAULTS).
-Runs twice: each event its own message, and with the relay grouping events (WALFEED_RELAY_GROUP_MAX=20, ADR 0095).
+Runs twice: each event its own message on the grouped exchange too, and grouped there (WALFEED_RELAY_GROUP_MAX=20, ADR
+0095); the events exchange carries every event alone either way (ADR 0115), and both exchanges are observed.
   python -m pytest tests/chaos -m chaos -s   # with WALFEED_CHAOS_SECONDS=300 WALFEED_CHAOS_FAULTS=25
 """
 
@@ -129,8 +130,11 @@ def test_the_system_converges_with_nothing_lost(
     relay_db = TcpProxy((str(pg.get("host", "127.0.0.1")), int(str(pg.get("port", 5432)))))
     relay_amqp = TcpProxy(_amqp_target(infra.amqp_url))
     worker_amqp = TcpProxy(_amqp_target(infra.amqp_url))
+    # Both kinds of consumer (docs/adr/0115): one of the events exchange, as one that is not walfeed's reads it, and
+    # one of the grouped exchange, as walfeed's queues read it.
     observe = declare_observer(infra.amqp_url, topology)
-    amqp_extra_queues.append(observe)  # deleted with the topology at teardown, also when the test fails
+    observe_grouped = declare_observer(infra.amqp_url, topology, "observe.grouped", exchange=topology.grouped_exchange)
+    amqp_extra_queues += [observe, observe_grouped]  # deleted with the topology at teardown, also if the test fails
     admin = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     channel = admin.channel()
 
@@ -154,8 +158,8 @@ def test_the_system_converges_with_nothing_lost(
     targets = Targets(relays, workers, api, relay_db, relay_amqp, worker_amqp,
                       infra.pg_admin_url, slot_name, restart_api)
     poison_ids = [f"poison-{uuid.uuid4()}" for _ in range(POISON)]
-    for pid in poison_ids:  # a body no consumer can parse, routed like a real event
-        channel.basic_publish(topology.events_exchange, "post.created", b"\x00 not json",
+    for pid in poison_ids:  # a body no consumer can parse, routed to walfeed's queues like a real event
+        channel.basic_publish(topology.grouped_exchange, "post.created", b"\x00 not json",
                               pika.BasicProperties(message_id=pid, delivery_mode=2))
     admin.close()
 
@@ -203,6 +207,7 @@ def test_the_system_converges_with_nothing_lost(
         created_events = {r[0] for r in conn.execute(
             "SELECT (payload->>'post_id')::bigint FROM outbox WHERE type = 'post.created'").fetchall()}
         committed = [str(r[0]) for r in conn.execute("SELECT id FROM outbox").fetchall()]
+        fanout = [str(r[0]) for r in conn.execute("SELECT id FROM outbox WHERE aggregatetype IN ('post', 'follow')")]
 
     # every acknowledged post exists with its event; every acknowledged delete holds
     assert set(acked.posts) <= set(all_posts), "acknowledged posts missing from the database"
@@ -231,13 +236,15 @@ def test_the_system_converges_with_nothing_lost(
     eventually(lambda: channel.queue_declare(topology.fanout_queue, passive=True).method.message_count == 0
                and channel.queue_declare(topology.retry_queue, passive=True).method.message_count == 0,
                timeout=CONVERGE_TIMEOUT, what="fan-out and retry queues drained")
-    seen, messages = _drain(channel, observe)
+    seen, messages = _drain(channel, observe_grouped)
+    single, single_messages = _drain(channel, observe)
     dead, _ = _drain(channel, topology.dead_queue)
     admin.close()
     for proxy in (relay_db, relay_amqp, worker_amqp):
         proxy.close()
 
-    delivery = classify_delivery(committed, seen, injected=poison_ids)
+    delivery = classify_delivery(fanout, seen, injected=poison_ids)
+    alone = classify_delivery(committed, single)
     relay_faults = sum(f.kind in {"kill_relay", "restart_broker", "restart_postgres", "kill_walsender",
                                   "cut_relay_db", "stall_relay_amqp"} for f in targets.done)
     injected = Counter(f.kind for f in targets.done)
@@ -251,15 +258,20 @@ def test_the_system_converges_with_nothing_lost(
             f"  events committed {len(committed)}, published {delivery.published}, lost {len(delivery.lost)}, "
             f"duplicated {delivery.duplicates} ({len(delivery.duplicated)} ids), unexpected "
             f"{len(delivery.unexpected)}; {len(seen)} events observed in {messages} messages",
+            f"  events exchange: published {alone.published}, lost {len(alone.lost)}, duplicated {alone.duplicates}, "
+            f"unexpected {len(alone.unexpected)}; {len(single)} events in {single_messages} messages",
             f"  dead letters {len(dead)} (injected poison {POISON})",
             f"  timelines: {len(expected)} users, converged {converge_seconds:.1f}s after the last fault",
         ])
     )
     assert not delivery.lost, f"lost events: {sorted(delivery.lost)[:10]}"
+    assert not alone.lost, f"events lost to the events exchange: {sorted(alone.lost)[:10]}"
+    assert not alone.unexpected and single_messages == len(single), "the events exchange carried a group"
     assert group_max == "1" or messages < len(seen), "the relay grouped no events"
     assert not delivery.unexpected, f"unexpected events: {sorted(delivery.unexpected)[:10]}"
     # Unconfirmed at the broker: a window of messages, each up to group_max events, and never more events than the
     # relay holds read ahead.
     in_flight = RELAY_WINDOW * min(int(group_max), READ_AHEAD)
     assert delivery.duplicates <= in_flight * (relay_faults + 1), "more duplicates than the in-flight window"
+    assert alone.duplicates <= RELAY_WINDOW * READ_AHEAD * (relay_faults + 1), "more duplicates than held read ahead"
     assert sorted(dead) == sorted(poison_ids), f"dead queue holds {dead}"

@@ -52,7 +52,7 @@ def _publish_again_newest_first(database_url: str, infra: Infra, topology: Topol
         channel = connection.channel()
         for r in rows:
             event = ev.Event(r["id"], r["type"], r["aggregatetype"], r["aggregateid"], r["created_at"], r["payload"])
-            channel.basic_publish(topology.events_exchange, event.type, ev.encode(event), pika.BasicProperties(
+            channel.basic_publish(topology.grouped_exchange, event.type, ev.encode(event), pika.BasicProperties(
                 message_id=str(event.id), type=event.type, content_type=ev.CONTENT_TYPE, delivery_mode=2))
     finally:
         connection.close()

@@ -70,10 +70,12 @@ def test_a_post_reaches_every_follower_and_the_author_and_no_one_else(processes:
 def test_a_backlog_read_by_a_grouping_relay_is_fanned_out_from_fewer_messages(
         processes: Processes, infra: Infra, topology: Topology, amqp_extra_queues: list[str],
         db: psycopg.Connection[Any]) -> None:
-    """WALFEED_RELAY_GROUP_MAX=10 (ADR 0095): posts written while the relay is down are read together when it
-    starts, published as groups, and the worker applies every event of every group."""
-    observer = declare_observer(infra.amqp_url, topology)
-    amqp_extra_queues.append(observer)
+    """The default, WALFEED_RELAY_GROUP_MAX=10 (ADR 0095, 0115): posts written while the relay is down are read
+    together when it starts, published to the grouped exchange as groups, and the worker applies every event of
+    every group; the events exchange carries each of them alone."""
+    observer = declare_observer(infra.amqp_url, topology, "grouped", exchange=topology.grouped_exchange)
+    single = declare_observer(infra.amqp_url, topology)
+    amqp_extra_queues.extend([observer, single])
     port = free_port()
     api_proc = processes.start("api", "api", "--port", str(port))
     worker = processes.start("worker", "worker")
@@ -90,27 +92,30 @@ def test_a_backlog_read_by_a_grouping_relay_is_fanned_out_from_fewer_messages(
             resp = api.post("/v1/posts", json={"body": f"post {i}"}, headers=authors[i % 2][1])
             assert resp.status_code == 201, resp.text
             posts.append(resp.json()["id"])
-    relay = processes.start("relay", "relay", env={"WALFEED_RELAY_GROUP_MAX": "10"})
+    relay = processes.start("relay", "relay")
     fanned_out = "SELECT count(*) FROM timelines WHERE post_id = ANY(%s)"
     eventually(lambda: db.execute(fanned_out, (posts,)).fetchone() == (40 * 4,), timeout=60,
                what="every post in its author's and its 3 followers' timelines")  # rows only the worker writes
-    messages: list[int] = []
-    observed: list[str] = []
+    messages: dict[str, list[int]] = {observer: [], single: []}
+    observed: dict[str, list[str]] = {observer: [], single: []}
 
     def all_observed() -> bool:
         conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
         try:
             channel = conn.channel()
-            while (got := channel.basic_get(observer, auto_ack=True))[0] is not None:
-                messages.append(1)
-                observed.extend(event_ids(got[1], got[2]))
+            for queue in (observer, single):
+                while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
+                    messages[queue].append(1)
+                    observed[queue].extend(event_ids(got[1], got[2]))
         finally:
             conn.close()
-        return len(observed) >= 40 + 6
+        return all(len(ids) >= 40 + 6 for ids in observed.values())
 
-    eventually(all_observed, timeout=30, what="the observer's copy of every event")
-    assert len(set(observed)) == 40 + 6  # the posts and the follows (at least once: a republish may repeat one)
+    eventually(all_observed, timeout=30, what="both observers' copy of every event")
+    # The posts and the follows, on each exchange (at least once: a republish may repeat one).
+    assert len(set(observed[observer])) == len(set(observed[single])) == 40 + 6
     # Some posts went in groups: how many per message depends on what each read of the stream held.
-    assert len(messages) < len(set(observed)), len(messages)
+    assert len(messages[observer]) < len(set(observed[observer])), len(messages[observer])
+    assert len(messages[single]) == len(observed[single])  # the events exchange: one event a message
     for proc in (api_proc, relay, worker):
         assert proc.stop(signal.SIGTERM, timeout=30) == 0, proc.log()[-3000:]

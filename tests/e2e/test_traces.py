@@ -50,7 +50,8 @@ def test_a_post_is_one_trace_from_the_request_through_the_relay_to_the_worker(
                                                       "WALFEED_LOG_FORMAT": "json", "WALFEED_LOG_LEVEL": "DEBUG"})
     base = f"http://127.0.0.1:{port}"
     eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=30, what="api ready")
-    exchange, queue = f"{amqp_prefix}.events", f"{amqp_prefix}.fanout"
+    # The api's span names the events exchange; the relay's, the grouped exchange the worker's copy goes to (ADR 0115).
+    exchange, grouped, queue = f"{amqp_prefix}.events", f"{amqp_prefix}.events.grouped", f"{amqp_prefix}.fanout"
 
     with httpx.Client(base_url=base, timeout=10) as api:
         author, author_auth = _signup(api, "author")
@@ -66,7 +67,7 @@ def test_a_post_is_one_trace_from_the_request_through_the_relay_to_the_worker(
         eventually(lambda: post_id in [p["id"] for p in api.get("/v1/timeline", headers=follower_auth).json()["items"]],
                    timeout=30, what="the post in the follower's timeline")
 
-    names = ("POST /v1/posts", f"create {exchange}", f"send {exchange}", f"process {queue}")
+    names = ("POST /v1/posts", f"create {exchange}", f"send {grouped}", f"process {queue}")
 
     def acked(span: Span) -> bool:
         return [link.attributes["walfeed.outcome"] for link in span.links] == ["ack"]
@@ -91,7 +92,7 @@ def test_a_post_is_one_trace_from_the_request_through_the_relay_to_the_worker(
     assert (send.service, send.kind, send.parent_span_id) == ("walfeed-relay", "CLIENT", create.span_id)
     assert [(link.trace_id, link.span_id) for link in send.links] == [(TRACE_ID, create.span_id)]
     assert send.attributes["messaging.system"] == "rabbitmq"
-    assert send.attributes["messaging.destination.name"] == exchange
+    assert send.attributes["messaging.destination.name"] == grouped
     assert send.attributes["messaging.rabbitmq.destination.routing_key"] == "post.created"
     event_id = send.attributes["messaging.message.id"]
     # worker: a batch of one message is the child of its creation context, and links to it

@@ -44,7 +44,8 @@ def test_post_locks_are_taken_once_per_post_in_ascending_key_order() -> None:
 def test_the_notifier_has_queues_of_its_own_on_the_fanout_bindings() -> None:
     t = Topology("p")
     assert t.notifier.queues() == ("p.notifier", "p.notifier.retry", "p.notifier.dead")
-    assert t.notifier.exchanges() == ("p.events", "p.notifier.settle")
+    assert t.notifier.exchanges() == ("p.events", "p.events.grouped", "p.notifier.settle")
+    assert t.notifier.source == t.fanout.source == "p.events.grouped"  # groups for walfeed's consumers (ADR 0115)
     assert t.notifier.bindings == t.fanout.bindings and not set(t.notifier.queues()) & set(t.queues())
     assert [t.delivery_queue(c) for c in ("webhook", "email")] == ["p.deliveries.webhook", "p.deliveries.email"]
     assert t.delivery_binding("email") == ev.DELIVERY_EMAIL

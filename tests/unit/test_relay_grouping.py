@@ -96,9 +96,14 @@ def test_a_single_events_message_is_the_one_read_and_its_properties_unchanged() 
                              timestamp=message.timestamp, headers={"traceparent": TRACE}).encode())
 
 
-def test_events_not_numbered_consecutively_cannot_be_grouped() -> None:
-    with pytest.raises(ValueError, match="consecutively"):
-        group([event(0), event(2)], 10)
+def test_events_numbered_at_a_step_of_two_are_grouped_with_that_step() -> None:
+    # The relay numbers a fan-out event's two copies s and s + 1: its grouped copies are every other number.
+    assert shape(group([event(1), event(3), event(5)], 10)) == [(POST_CREATED, range(1, 7, 2))]
+
+
+def test_events_not_numbered_at_a_constant_step_cannot_be_grouped() -> None:
+    with pytest.raises(ValueError, match="constant step"):
+        group([event(0), event(2), event(3)], 10)
 
 
 types = st.sampled_from([*sorted(FANOUT_TYPES), DELIVERY_WEBHOOK, DELIVERY_EMAIL])
@@ -128,8 +133,9 @@ def test_a_groups_token_is_current_while_its_session_is() -> None:
     assert not sessions.is_current(token)
 
 
-def test_group_max_is_one_unless_set_and_bounded() -> None:
-    assert RelaySettings.from_env({}).group_max == 1
+def test_group_max_is_ten_unless_set_and_bounded() -> None:
+    assert RelaySettings.from_env({}).group_max == 10  # the fast configuration by default (docs/adr/0115)
+    assert RelaySettings.from_env({"WALFEED_RELAY_GROUP_MAX": "1"}).group_max == 1
     assert RelaySettings.from_env({"WALFEED_RELAY_GROUP_MAX": "50"}).group_max == 50
 
 

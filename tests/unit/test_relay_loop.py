@@ -10,12 +10,25 @@ import psycopg2
 import pytest
 
 from services.cdc_relay.config import RelaySettings
+from services.cdc_relay.messages import GROUPED, SINGLE
 from services.cdc_relay.relay import READ_AHEAD, READ_BATCH, TICK, Relay
+from services.cdc_relay.routes import COPIES_MAX
 from services.cdc_relay.sessions import SESSION_SEQ_BITS, Token
 from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
 from services.cdc_relay.testing import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
+from services.core.events import DELIVERY_WEBHOOK, POST_CREATED
 
 WINDOW = 8
+
+
+def alone(events: int, next_lsn: int) -> list[bytes]:
+    """A transaction of `events` delivery events: one message each, to the events exchange (routes.py)."""
+    return transaction(events, next_lsn, DELIVERY_WEBHOOK)
+
+
+def fanout(events: int, next_lsn: int) -> list[bytes]:
+    """A transaction of `events` post.created events: two messages each, alone and for walfeed's consumers."""
+    return transaction(events, next_lsn, POST_CREATED)
 
 
 class Harness:
@@ -51,20 +64,21 @@ def test_reads_at_most_read_ahead_windows_then_a_quarter_window_confirmed_reads_
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream)
     h.relay.start()
-    stream.send(transaction(5 * WINDOW, next_lsn=200))
+    stream.send(fanout(5 * WINDOW, next_lsn=200))  # two messages each (routes.py): the limit counts them
     loop.run_for(1.0)
-    limit = READ_AHEAD * WINDOW
+    limit = READ_AHEAD * WINDOW * COPIES_MAX  # READ_AHEAD windows of fan-out events
+    quarter = WINDOW * COPIES_MAX // 4
     assert len(h.publisher.submitted) == limit and not loop.watching(stream.fileno())
-    h.publisher.confirm(WINDOW // 4 - 1)
+    h.publisher.confirm(quarter - 1)
     loop.run_for(1.0)
     assert len(h.publisher.submitted) == limit  # less than a quarter window confirmed: still waiting
     h.publisher.confirm(1)
     loop.run_for(1.0)
-    assert len(h.publisher.submitted) == limit + WINDOW // 4 and not loop.watching(stream.fileno())
+    assert len(h.publisher.submitted) == limit + quarter and not loop.watching(stream.fileno())
     while h.publisher.held:
         h.publisher.confirm()
         loop.run_for(1.0)
-    assert len(h.publisher.submitted) == 5 * WINDOW and stream.buffered == 0
+    assert len(h.publisher.submitted) == 5 * WINDOW * COPIES_MAX and stream.buffered == 0
     assert stream.feedbacks[-1] == 200 and loop.watching(stream.fileno())
 
 
@@ -72,7 +86,7 @@ def test_messages_buffered_past_one_read_batch_are_read_without_another_socket_e
     stream = InMemoryStream(loop)
     h = Harness(loop, stream, window=1000)
     h.relay.start()
-    stream.send(transaction(READ_BATCH * 2, next_lsn=200))  # one socket event: libpq buffers the rest
+    stream.send(alone(READ_BATCH * 2, next_lsn=200))  # one socket event: libpq buffers the rest
     loop.run_for(1.0)
     assert len(h.publisher.submitted) == READ_BATCH * 2
 
@@ -81,7 +95,7 @@ def test_confirms_a_commit_position_only_once_every_event_up_to_it_is_confirmed(
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream)
     h.relay.start()
-    stream.send(transaction(2, next_lsn=200) + transaction(3, next_lsn=300) + transaction(0, next_lsn=400))
+    stream.send(alone(2, next_lsn=200) + alone(3, next_lsn=300) + alone(0, next_lsn=400))
     loop.run_for(1.0)
     assert stream.feedbacks == []  # nothing confirmed, and the status interval has not passed
     h.publisher.confirm(1)
@@ -97,30 +111,52 @@ def test_confirms_a_commit_position_only_once_every_event_up_to_it_is_confirmed(
     assert stream.feedbacks[-1] == 400  # the status interval: the same position again, never an older one
 
 
-def test_without_grouping_every_event_is_a_message_whose_token_is_its_number(loop: ManualLoop) -> None:
+def test_a_delivery_event_is_one_message_whose_token_is_its_number(loop: ManualLoop) -> None:
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream)
     h.relay.start()
-    stream.send(transaction(5, next_lsn=200))
+    stream.send(alone(5, next_lsn=200))
     loop.run_for(1.0)
     assert [m.token for m in h.publisher.submitted] == [0, 1, 2, 3, 4]
     assert all(m.traceparents is None for m in h.publisher.submitted)
 
 
+def test_a_fanout_event_is_two_messages_and_its_position_waits_for_both(loop: ManualLoop) -> None:
+    stream = InMemoryStream(loop, start_lsn=100)
+    h = Harness(loop, stream)
+    h.relay.start()
+    stream.send(fanout(3, next_lsn=200))
+    loop.run_for(1.0)
+    # Walfeed's copies first (numbers s + 1, the grouped exchange), then each alone (s, the events exchange).
+    assert [(m.token, m.route) for m in h.publisher.submitted] == [
+        (1, GROUPED), (3, GROUPED), (5, GROUPED), (0, SINGLE), (2, SINGLE), (4, SINGLE)]
+    assert [m.message_id for m in h.publisher.submitted[:3]] == [m.message_id for m in h.publisher.submitted[3:]]
+    h.publisher.confirm(5)
+    loop.run_for(1.0)
+    assert stream.feedbacks == []  # the last event's single copy is not confirmed yet
+    h.publisher.confirm()
+    loop.run_for(1.0)
+    assert stream.feedbacks == [200]
+
+
 def test_a_group_is_one_message_and_its_confirm_confirms_each_of_its_events(loop: ManualLoop) -> None:
     stream = InMemoryStream(loop, start_lsn=100)
-    h = Harness(loop, stream, group_max=4)
+    h = Harness(loop, stream, window=16, group_max=4)
     h.relay.start()
     # A group spans the two transactions: its confirm completes the first and part of the second.
-    stream.send(transaction(3, next_lsn=150) + transaction(6, next_lsn=200))
+    stream.send(fanout(3, next_lsn=150) + fanout(6, next_lsn=200))
     loop.run_for(1.0)
-    assert [m.token for m in h.publisher.submitted] == [range(0, 4), range(4, 8), 8]
-    h.publisher.confirm(1)
+    assert [m.token for m in h.publisher.submitted] == [range(1, 9, 2), range(9, 17, 2), 17, *range(0, 18, 2)]
+    assert [m.route for m in h.publisher.submitted] == [GROUPED] * 3 + [SINGLE] * 9
+    h.publisher.confirm(3)
+    loop.run_for(1.0)
+    assert stream.feedbacks == []  # every group confirmed, no single copy yet
+    h.publisher.confirm(3)
     loop.run_for(1.0)
     assert stream.feedbacks == [150]
-    h.publisher.confirm(1)
+    h.publisher.confirm(5)
     loop.run_for(1.0)
-    assert stream.feedbacks == [150]  # event 8 of the second transaction is not confirmed yet
+    assert stream.feedbacks == [150]  # the second transaction's last single copy is not confirmed yet
     h.publisher.confirm()
     loop.run_for(1.0)
     assert stream.feedbacks == [150, 200]
@@ -130,17 +166,17 @@ def test_a_new_session_ignores_the_confirmations_of_the_old_sessions_groups(loop
     first, second = InMemoryStream(loop, start_lsn=100), InMemoryStream(loop, start_lsn=150)
     h = Harness(loop, first, second, group_max=4)
     h.relay.start()
-    first.send(transaction(3, next_lsn=150) + transaction(3, next_lsn=200))
+    first.send(fanout(3, next_lsn=150) + fanout(3, next_lsn=200))
     loop.run_for(1.0)
     old = list(h.publisher.held)
     first.fail(psycopg2.OperationalError("server closed the connection unexpectedly"))
     loop.run_for(1.0)
     assert h.publisher.held == []  # the old session's groups are stale: Postgres sends their events again
     h.publisher.on_confirmed([m.token for m in old])  # they were in flight: their confirmations come anyway
-    second.send(transaction(5, next_lsn=200))
+    second.send(fanout(5, next_lsn=200))
     loop.run_for(1.0)
-    first_seq = 1 << SESSION_SEQ_BITS
-    assert [m.token for m in h.publisher.held] == [range(first_seq, first_seq + 4), first_seq + 4]
+    s = 1 << SESSION_SEQ_BITS
+    assert [m.token for m in h.publisher.held] == [range(s + 1, s + 9, 2), s + 9, *range(s, s + 10, 2)]
     h.publisher.confirm()
     loop.run_for(1.0)
     assert second.feedbacks == [200]
@@ -160,7 +196,7 @@ def test_a_new_session_resumes_from_its_own_start_and_ignores_the_old_sessions_c
     first, second = InMemoryStream(loop, start_lsn=100), InMemoryStream(loop, start_lsn=150)
     h = Harness(loop, first, second)
     h.relay.start()
-    first.send(transaction(3, next_lsn=150) + transaction(3, next_lsn=200))
+    first.send(alone(3, next_lsn=150) + alone(3, next_lsn=200))
     loop.run_for(1.0)
     h.publisher.confirm(3)
     loop.run_for(1.0)
@@ -171,7 +207,7 @@ def test_a_new_session_resumes_from_its_own_start_and_ignores_the_old_sessions_c
     assert first.closed and h.opener.opened == [first, second]
     assert h.publisher.held == []  # the old session's events are stale: Postgres sends them again
     h.publisher.on_confirmed([m.token for m in old])  # they were in flight: their confirmations come anyway
-    second.send(transaction(3, next_lsn=200))
+    second.send(alone(3, next_lsn=200))
     loop.run_for(1.0)
     h.publisher.confirm()
     loop.run_for(1.0)
@@ -182,10 +218,10 @@ def test_stop_waits_for_outstanding_confirms_then_sends_the_final_position(loop:
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream)
     h.relay.start()
-    stream.send(transaction(4, next_lsn=200))
+    stream.send(alone(4, next_lsn=200))
     loop.run_for(1.0)
     h.relay.request_stop()
-    stream.send(transaction(4, next_lsn=300))
+    stream.send(alone(4, next_lsn=300))
     loop.run_for(1.0)
     assert not loop.stopped and len(h.publisher.submitted) == 4  # nothing more read while stopping
     h.publisher.confirm()
@@ -198,7 +234,7 @@ def test_stop_gives_up_on_confirms_after_the_shutdown_timeout(loop: ManualLoop) 
     stream = InMemoryStream(loop, start_lsn=100)
     h = Harness(loop, stream, shutdown_timeout=3.0)
     h.relay.start()
-    stream.send(transaction(2, next_lsn=150) + transaction(4, next_lsn=200))
+    stream.send(alone(2, next_lsn=150) + alone(4, next_lsn=200))
     loop.run_for(1.0)
     h.publisher.confirm(2)
     h.relay.request_stop()

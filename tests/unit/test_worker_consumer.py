@@ -71,14 +71,14 @@ class Worker:
     def publish_body(self, body: bytes, routing_key: str = ev.POST_CREATED, message_id: str = "m") -> None:
         props = pika.BasicProperties(message_id=message_id, type=routing_key, content_type="application/json",
                                      delivery_mode=2)
-        assert self.broker.publish(TOPOLOGY.events_exchange, routing_key, body, props)
+        assert self.broker.publish(TOPOLOGY.grouped_exchange, routing_key, body, props)
 
     def publish_group(self, *events: ev.Event) -> None:
         """One message holding `events` (docs/events.md "Groups"; all of one type)."""
         props = pika.BasicProperties(message_id=str(events[0].id), type=events[0].type,
                                      content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2)
         body = ev.encode_group([ev.encode(e) for e in events])
-        assert self.broker.publish(TOPOLOGY.events_exchange, events[0].type, body, props)
+        assert self.broker.publish(TOPOLOGY.grouped_exchange, events[0].type, body, props)
 
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         self.stopping.clear()

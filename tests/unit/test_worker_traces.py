@@ -36,7 +36,7 @@ class TracedWorker(Worker):
     def publish_traced(self, body: bytes, message_id: str, trace: str | None) -> None:
         props = pika.BasicProperties(message_id=message_id, type=ev.POST_CREATED, content_type="application/json",
                                      delivery_mode=2, headers={"traceparent": trace} if trace else None)
-        assert self.broker.publish(TOPOLOGY.events_exchange, ev.POST_CREATED, body, props)
+        assert self.broker.publish(TOPOLOGY.grouped_exchange, ev.POST_CREATED, body, props)
 
 
 def test_a_batch_span_links_every_message_with_its_outcome_and_one_message_is_a_child() -> None:

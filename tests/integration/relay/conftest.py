@@ -1,4 +1,5 @@
-"""Fixtures of the relay tests: write outbox rows with SQL, watch the events exchange through a test queue."""
+"""Fixtures of the relay tests: write outbox rows with SQL, watch the events exchange and the grouped exchange
+(docs/adr/0115) through a test queue each."""
 
 from __future__ import annotations
 
@@ -82,18 +83,21 @@ class Received:
 
 @dataclass
 class Watcher:
-    """Everything published to the events exchange, through `{prefix}.test.all` bound to `#`."""
+    """Everything published to the events exchange (`messages`), through `{prefix}.test.all` bound to `#` there,
+    and to the grouped exchange (`grouped`), through `{prefix}.test.grouped`, as walfeed's own queues see it: bound
+    to `#`, so that no fan-out event is unroutable there (the relay holds its position until one is taken)."""
 
     conn: pika.BlockingConnection
     messages: list[Received] = field(default_factory=list)
+    grouped: list[Received] = field(default_factory=list)
 
     def pump(self, budget: float = 1.0) -> int:
         """Consume what is there (for up to `budget` seconds while messages keep coming)."""
         deadline = time.monotonic() + budget
         while True:
-            before = len(self.messages)
+            before = len(self.messages) + len(self.grouped)
             self.conn.process_data_events(time_limit=0.05)
-            if len(self.messages) == before or time.monotonic() > deadline:
+            if len(self.messages) + len(self.grouped) == before or time.monotonic() > deadline:
                 return len(self.messages)
 
     def ids(self) -> list[str]:
@@ -104,8 +108,13 @@ class Watcher:
         return expected.issubset(self.ids())
 
     def event_ids(self) -> list[str]:
-        """The ids of the events received, each event of a group's message apart (docs/adr/0095)."""
+        """The ids of the events received on the events exchange (each event of a group's message apart, should the
+        exchange carry one: it never does, ADR 0115)."""
         return [i for m in self.messages for i in resources.event_ids(m.properties, m.body)]
+
+    def grouped_event_ids(self) -> list[str]:
+        """The ids of the events received on the grouped exchange, each event of a group apart (docs/adr/0095)."""
+        return [i for m in self.grouped for i in resources.event_ids(m.properties, m.body)]
 
     def has_all_events(self, expected: set[str]) -> bool:
         self.pump()
@@ -123,20 +132,24 @@ def bodies(message: Received) -> list[bytes]:
 def watcher(infra: Infra, topology: Topology) -> Iterator[Watcher]:
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
     channel = conn.channel()
-    channel.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
-    queue = f"{topology.prefix}.test.all"
-    channel.queue_declare(queue, auto_delete=False)
-    channel.queue_bind(queue, topology.events_exchange, "#")
     channel.basic_qos(prefetch_count=2000)
     watch = Watcher(conn)
+    queues = {topology.events_exchange: (f"{topology.prefix}.test.all", watch.messages),
+              topology.grouped_exchange: (f"{topology.prefix}.test.grouped", watch.grouped)}
+    for exchange, (queue, into) in queues.items():
+        channel.exchange_declare(exchange, exchange_type="topic", durable=True)
+        channel.queue_declare(queue, auto_delete=False)
+        channel.queue_bind(queue, exchange, "#")
 
-    def on_message(_ch: object, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes) -> None:
-        watch.messages.append(Received(body, props, str(method.routing_key)))
+        def on_message(_ch: object, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes,
+                       into: list[Received] = into) -> None:
+            into.append(Received(body, props, str(method.routing_key)))
 
-    channel.basic_consume(queue, on_message, auto_ack=True)
+        channel.basic_consume(queue, on_message, auto_ack=True)
     yield watch
     try:
-        channel.queue_delete(queue)
+        for queue, _ in queues.values():
+            channel.queue_delete(queue)
         conn.close()
     except pika.exceptions.AMQPError:
         pass

@@ -39,6 +39,8 @@ def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_ur
                                    start_relay: StartRelay) -> None:
     # a durable queue: the watcher's transient queue would not survive the restart
     queue = declare_observer(infra.amqp_url, topology, "durable")
+    # walfeed's queues' copies (docs/adr/0115) must be taken too, or the relay holds every position
+    grouped = declare_observer(infra.amqp_url, topology, "durable.grouped", exchange=topology.grouped_exchange)
     start_relay()
     written: list[str] = []
     writer = threading.Thread(target=_retrying_writer, args=(database_url, 2000, written))
@@ -66,7 +68,8 @@ def test_broker_restart_mid_stream(infra: Infra, topology: Topology, database_ur
               f"{sum(1 for n in got.values() if n > 1)} ids duplicated")
     finally:  # only the queue: the relay still publishes to the exchange until teardown stops it
         c = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
-        c.channel().queue_delete(queue)
+        for name in (queue, grouped):
+            c.channel().queue_delete(name)
         c.close()
 
 

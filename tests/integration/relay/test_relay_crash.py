@@ -1,5 +1,6 @@
-"""Crashes of the relay: SIGKILL at random moments during a burst, restart; nothing may be missing, one event per
-message or several (WALFEED_RELAY_GROUP_MAX, docs/adr/0095)."""
+"""Crashes of the relay: SIGKILL at random moments during a burst, restart; nothing may be missing on either
+exchange (docs/adr/0115): the events exchange one event a message, the grouped exchange one event a message or
+several (WALFEED_RELAY_GROUP_MAX, docs/adr/0095)."""
 
 from __future__ import annotations
 
@@ -49,13 +50,18 @@ def test_sigkill_during_a_burst_loses_nothing(group_max: str, database_url: str,
     writer.join(120)
     expected = set(written)
     assert len(expected) == len(written) >= 500
-    eventually(lambda: watcher.has_all_events(expected), timeout=90, what="every event after the crashes")
-    counts = Counter(watcher.event_ids())
-    duplicates = {i: n for i, n in counts.items() if n > 1}
-    print(f"\nrelay crash test, group max {group_max}: {len(expected)} events, {len(watcher.messages)} messages, "
-          f"{len(duplicates)} ids duplicated ({sum(duplicates.values()) - len(duplicates)} extra copies)")
-    assert set(counts) == expected
-    grouped = sum(m.properties.content_type == GROUP_CONTENT_TYPE for m in watcher.messages)
+    eventually(lambda: watcher.has_all_events(expected) and expected <= set(watcher.grouped_event_ids()),
+               timeout=90, what="every event on both exchanges after the crashes")
+    for name, ids, messages in (("events", watcher.event_ids(), watcher.messages),
+                                ("grouped", watcher.grouped_event_ids(), watcher.grouped)):
+        counts = Counter(ids)
+        duplicates = {i: n for i, n in counts.items() if n > 1}
+        print(f"\nrelay crash test, group max {group_max}, {name} exchange: {len(expected)} events, "
+              f"{len(messages)} messages, {len(duplicates)} ids duplicated "
+              f"({sum(duplicates.values()) - len(duplicates)} extra copies)")
+        assert set(counts) == expected
+    assert all(m.properties.content_type != GROUP_CONTENT_TYPE for m in watcher.messages)  # the contract
+    grouped = sum(m.properties.content_type == GROUP_CONTENT_TYPE for m in watcher.grouped)
     assert grouped > 0 if group_max != "1" else grouped == 0
     assert slot_lsn(database_url, slot_name) > 0
     # a SIGTERM while the interpreter is still importing would end it with -15: stop the relay once it runs

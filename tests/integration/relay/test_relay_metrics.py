@@ -46,12 +46,14 @@ def test_metrics_move_with_publishes_returns_lag_and_reconnects(
     assert first["walfeed_relay_events_published_total"] == 0
     assert first['walfeed_relay_reconnects_total{target="postgres"}'] == 0
 
-    # No queue bound yet: the events come back unroutable, stay in flight and hold the slot's position.
+    # No queue bound yet on the grouped exchange: walfeed's copies come back unroutable, stay in flight and hold the
+    # slot's position; the events' single messages (not mandatory, nobody bound on the events exchange) are confirmed.
     write_events(database_url, 5, per_txn=5)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE filler (data text)")
         conn.execute("INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, %s)", (FILLER // 1000,))
-    eventually(lambda: scrape(port)["walfeed_relay_in_flight_events"] == 5, timeout=30, what="5 events in flight")
+    eventually(lambda: scrape(port)["walfeed_relay_in_flight_events"] == 5, timeout=30,
+               what="the 5 events' grouped copies in flight")
     held = eventually(lambda: scrape_when(port, lambda m: m["walfeed_relay_slot_lag_bytes"] >= FILLER),
                       timeout=30, what="slot lag grows while the position is held")
     assert held is not None
@@ -63,12 +65,12 @@ def test_metrics_move_with_publishes_returns_lag_and_reconnects(
     try:
         channel = conn.channel()
         channel.queue_declare(queue, auto_delete=False)
-        channel.queue_bind(queue, topology.events_exchange, "#")
+        channel.queue_bind(queue, topology.grouped_exchange, "#")
         done = eventually(lambda: scrape_when(port, lambda m: m["walfeed_relay_events_published_total"] == 5),
                           timeout=30, what="5 events published once a queue is bound")
         assert done is not None
         assert done["walfeed_relay_in_flight_events"] == 0
-        assert done["walfeed_relay_confirm_latency_seconds_count"] == 5
+        assert done["walfeed_relay_confirm_latency_seconds_count"] == 5 + 1  # per message: 5 alone, 1 group of 5
         assert done["walfeed_relay_confirm_latency_seconds_sum"] > 0
         eventually(lambda: scrape(port)["walfeed_relay_slot_lag_bytes"] < held["walfeed_relay_slot_lag_bytes"]
                    - FILLER / 2, timeout=30, what="slot lag falls once the position is released")

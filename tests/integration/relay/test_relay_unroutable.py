@@ -1,4 +1,5 @@
-"""A mandatory publish nobody takes is not a success: retried, position held, delivered once a queue is bound."""
+"""A mandatory publish nobody takes is not a success: retried, position held, delivered once a queue is bound. A
+fan-out event's copy for walfeed's queues, on the grouped exchange, is mandatory (docs/adr/0115)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from services.core.topology import Topology
 from testkit.infra import Infra
+from testkit.resources import event_ids
 from testkit.waiting import eventually
 from tests.integration.relay.conftest import StartRelay, current_lsn, slot_lsn, write_events
 
@@ -27,12 +29,12 @@ def test_returned_events_hold_the_position_until_a_queue_is_bound(
     channel = conn.channel()
     queue = f"{topology.prefix}.test.late"
     channel.queue_declare(queue, auto_delete=False)
-    channel.queue_bind(queue, topology.events_exchange, "#")
+    channel.queue_bind(queue, topology.grouped_exchange, "#")
     try:
         def arrived() -> bool:
             got = set()
             while (message := channel.basic_get(queue, auto_ack=False))[0] is not None:
-                got.add(message[1].message_id)
+                got.update(event_ids(message[1], message[2]))  # a group's events apart
             channel.basic_recover(requeue=True)
             return ids.issubset(got)
         eventually(arrived, timeout=30, interval=0.5, what="events delivered after the binding")

@@ -149,6 +149,11 @@ def test_the_worker_cannot_publish_events_and_the_relay_cannot_consume(
         assert refused.value.reply_code == 403
         channel = conn.channel()
         channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:  # nor walfeed's copies (ADR 0115)
+            channel.basic_publish(topology.grouped_exchange, "post.deleted", b"{}")
+        assert refused.value.reply_code == 403
+        channel = conn.channel()
+        channel.confirm_delivery()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:  # into any queue by its name
             channel.basic_publish("", "some.other.queue", b"{}")
         assert refused.value.reply_code == 403

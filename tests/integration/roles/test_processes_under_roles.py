@@ -64,7 +64,9 @@ def test_polling_relay_claims_publishes_and_marks_under_the_relay_role(
         processes: Processes, role_env: RoleEnv, infra: Infra, topology: Topology, database_url: str,
         amqp_extra_queues: list[str]) -> None:
     observer = declare_observer(infra.amqp_url, topology)
-    amqp_extra_queues.append(observer)
+    # Walfeed's queues' copy on the grouped exchange (docs/adr/0115): marked published only once it is taken too.
+    grouped = declare_observer(infra.amqp_url, topology, "grouped", exchange=topology.grouped_exchange)
+    amqp_extra_queues.extend([observer, grouped])
     event_id = uuid.uuid4()
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
@@ -77,6 +79,8 @@ def test_polling_relay_claims_publishes_and_marks_under_the_relay_role(
         body = eventually(lambda: _get(channel, observer), timeout=30, what="event published")
         assert body is not None
         assert orjson.loads(body)["id"] == str(event_id), relay.log()
+        copy = eventually(lambda: _get(channel, grouped), timeout=30, what="event published for walfeed's queues")
+        assert copy == body
     finally:
         conn.close()
     eventually(lambda: _published(database_url, event_id), timeout=30, what="outbox row marked published")

@@ -102,7 +102,7 @@ def test_a_full_dead_queue_refuses_letters_and_the_worker_parks_them_instead_of_
     broker.declare(channel, topology.fanout, dead_max_length=1)
     bodies = [b"{not json 1", b"{not json 2"]
     for body in bodies:
-        channel.basic_publish(topology.events_exchange, "post.created", body, pika.BasicProperties(delivery_mode=2))
+        channel.basic_publish(topology.grouped_exchange, "post.created", body, pika.BasicProperties(delivery_mode=2))
     worker = processes.start("worker", "worker", env={**WORKER_ENV, "WALFEED_WORKER_DEAD_MAX_LENGTH": "1"})
     eventually(lambda: "dead queue full" in worker.log(), what="the second letter refused and parked")
     letters: list[tuple[pika.BasicProperties, bytes]] = []
@@ -210,7 +210,7 @@ def test_a_large_post_in_a_group_is_fanned_out_alone_and_its_neighbours_in_the_b
 @pytest.mark.e2e
 def test_a_malformed_group_is_dead_lettered_whole_with_the_reason(
         channel: Channel, topology: Topology, processes: Processes) -> None:
-    channel.basic_publish(topology.events_exchange, "post.created", b'{"not": "an array"}', pika.BasicProperties(
+    channel.basic_publish(topology.grouped_exchange, "post.created", b'{"not": "an array"}', pika.BasicProperties(
         message_id="g1", content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2))
     processes.start("worker", "worker", env=WORKER_ENV)
     letters: list[tuple[pika.BasicProperties, bytes]] = []

@@ -17,6 +17,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from services.core import queues
 from services.core.topology import Topology
 from services.worker import broker
 from services.worker.testing import StubBroker, StubConnection
@@ -85,9 +86,9 @@ def test_the_broker_the_session_relies_on(driver: Driver, topology: Topology) ->
     publisher = conn.channel()
     publisher.confirm_delivery()
     for body in (b"m1", b"m2", b"m3"):
-        publisher.basic_publish(topology.events_exchange, "post.created", body, props(), mandatory=True)
+        publisher.basic_publish(topology.grouped_exchange, "post.created", body, props(), mandatory=True)
     with pytest.raises(pika.exceptions.UnroutableError):
-        publisher.basic_publish(topology.events_exchange, "comment.created", b"x", props(), mandatory=True)
+        publisher.basic_publish(topology.grouped_exchange, "comment.created", b"x", props(), mandatory=True)
 
     got: list[tuple[int, bool, bytes, dict[str, Any]]] = []
     consumer.basic_qos(prefetch_count=2)
@@ -125,3 +126,23 @@ def test_the_broker_the_session_relies_on(driver: Driver, topology: Topology) ->
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
         confirming.basic_publish(f"{topology.events_exchange}.none", "post.created", b"x", props(), mandatory=True)
     assert missing.value.reply_code == 404
+
+
+def test_declaring_moves_a_queue_bound_on_the_events_exchange_to_the_grouped_exchange(
+        driver: Driver, topology: Topology) -> None:
+    # Before ADR 0115 walfeed's queues were bound on the events exchange; bound on both they would get every event
+    # twice, so declaring binds the queue on the grouped exchange and unbinds it from the events exchange.
+    conn = driver.conn
+    before = conn.channel()
+    before.exchange_declare(topology.events_exchange, exchange_type="topic", durable=True)
+    before.queue_declare(topology.fanout_queue, durable=True, arguments=queues.work_queue(
+        queues.CLASSIC, topology.settle_exchange, topology.dead_queue))
+    for key in topology.fanout_bindings:
+        before.queue_bind(topology.fanout_queue, topology.events_exchange, routing_key=key)
+    broker.declare(conn.channel(), topology.fanout)
+    broker.declare(conn.channel(), topology.fanout)  # again: unbinding what is not bound is no error
+    publisher = conn.channel()
+    publisher.confirm_delivery()
+    publisher.basic_publish(topology.grouped_exchange, "follow.created", b"g", props(), mandatory=True)
+    with pytest.raises(pika.exceptions.UnroutableError):
+        publisher.basic_publish(topology.events_exchange, "post.created", b"e", props(), mandatory=True)

@@ -125,7 +125,7 @@ def test_poison_messages_reach_the_dead_queue_with_reasons_and_do_not_block_othe
                              "aggregate_type": "post", "aggregate_id": "1", "occurred_at": "2024-01-01T00:00:00Z",
                              "payload": {}})
     for key, body in (("post.created", b"{not json"), ("post.exploded", bad_type)):
-        channel.basic_publish(topology.events_exchange, key, body, pika.BasicProperties(delivery_mode=2))
+        channel.basic_publish(topology.grouped_exchange, key, body, pika.BasicProperties(delivery_mode=2))
     # A committed event whose post does not exist: inconsistent data, retried and then dead-lettered.
     missing = world.commit_with_outbox(db, ev.Event.new(ev.POST_CREATED, 999_999,
                                                         {"post_id": 999_999, "author_id": author}))

@@ -84,7 +84,7 @@ def delete_post(conn: Conn, post_id: int, author: int) -> ev.Event:
 def publish(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology,
             events: Iterable[ev.Event]) -> None:
     for event in events:
-        channel.basic_publish(topology.events_exchange, event.type, ev.encode(event), pika.BasicProperties(
+        channel.basic_publish(topology.grouped_exchange, event.type, ev.encode(event), pika.BasicProperties(
             message_id=str(event.id), type=event.type, content_type=ev.CONTENT_TYPE, delivery_mode=2))
 
 
@@ -144,7 +144,7 @@ def publish_groups(channel: pika.adapters.blocking_connection.BlockingChannel, t
     if size == 1:
         for event in events:
             context = traceparent(event)
-            channel.basic_publish(topology.events_exchange, event.type, ev.encode(event), pika.BasicProperties(
+            channel.basic_publish(topology.grouped_exchange, event.type, ev.encode(event), pika.BasicProperties(
                 message_id=str(event.id), type=event.type, content_type=ev.CONTENT_TYPE, delivery_mode=2,
                 headers={"traceparent": context} if context else None))
         return
@@ -156,7 +156,7 @@ def publish_groups(channel: pika.adapters.blocking_connection.BlockingChannel, t
     for group in groups:
         contexts = [traceparent(e) for e in group]
         headers = {ev.TRACEPARENTS_HEADER: contexts} if any(contexts) else None
-        channel.basic_publish(topology.events_exchange, group[0].type, ev.encode_group([ev.encode(e) for e in group]),
+        channel.basic_publish(topology.grouped_exchange, group[0].type, ev.encode_group([ev.encode(e) for e in group]),
                               pika.BasicProperties(message_id=str(group[0].id), type=group[0].type,
                                                    content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2,
                                                    headers=headers))
