@@ -173,7 +173,8 @@ SELECT count(*) AS unread FROM (
 # The marker only moves up, and never above the caller's newest notification: one that arrives later is unread.
 MARK_READ: Final = """
 INSERT INTO notification_reads AS r (user_id, up_to)
-SELECT %(user)s, least(%(up_to)s, max(id)) FROM notifications WHERE recipient_id = %(user)s HAVING count(*) > 0
+SELECT %(user)s, least(%(up_to)s, newest.id)
+FROM (SELECT id FROM notifications WHERE recipient_id = %(user)s ORDER BY id DESC LIMIT 1) newest
 ON CONFLICT (user_id) DO UPDATE SET up_to = greatest(r.up_to, excluded.up_to)
 """
 
