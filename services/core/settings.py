@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from services.core import nodes, queues
+from services.core.redact import redact
 
 T = TypeVar("T", int, float)
 
@@ -113,7 +114,7 @@ class Settings:
         database_url = env.str("WALFEED_DATABASE_URL", "postgresql:///walfeed")
         if not database_url.startswith(("postgresql://", "postgres://")) and "=" not in database_url:
             raise SettingsError(
-                f"WALFEED_DATABASE_URL={database_url!r} is invalid: expected a libpq URL "
+                f"WALFEED_DATABASE_URL={redact(database_url)!r} is invalid: expected a libpq URL "
                 "(postgresql://...) or key=value connection string"
             )
         amqp_url = env.str("WALFEED_AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
