@@ -30,10 +30,15 @@ GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upser
 GRANT SELECT ON notifications TO {api};
 GRANT SELECT, INSERT, UPDATE ON notification_reads TO {api};
 GRANT UPDATE (email, email_kinds) ON users TO {api};
-GRANT SELECT, DELETE ON webhooks TO {api};
+-- Webhook secrets (docs/adr/0105): the api writes a new one (it generates it and shows it once, never reading it
+-- back) and rotates through the owner's function; it reads every column but secret and previous_secret.
+GRANT SELECT (id, owner_id, url, events, previous_secret_until, disabled_at, disabled_reason, failing_since,
+              created_at) ON webhooks TO {api};
+GRANT DELETE ON webhooks TO {api};
 GRANT INSERT (owner_id, url, events, secret) ON webhooks TO {api};
-GRANT UPDATE (secret, previous_secret, previous_secret_until, disabled_at, disabled_reason, failing_since)
-    ON webhooks TO {api};
+GRANT UPDATE (disabled_at, disabled_reason, failing_since) ON webhooks TO {api};
+REVOKE ALL ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) TO {api};
 GRANT SELECT ON deliveries TO {api};
 GRANT INSERT (channel, webhook_id, recipient_id) ON deliveries TO {api};
 GRANT UPDATE (status, attempts, next_attempt_at, updated_at) ON deliveries TO {api};

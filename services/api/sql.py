@@ -202,12 +202,10 @@ FROM webhooks WHERE owner_id = %(owner)s AND (%(id)s::bigint IS NULL OR id = %(i
 ORDER BY id
 """
 DELETE_WEBHOOK: Final = "DELETE FROM webhooks WHERE id = %(id)s AND owner_id = %(owner)s RETURNING id"
-# The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation).
+# The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation). Through the owner's
+# function (db/init/015_webhook_secrets.sql): moving the secret reads it, and the api role may not (docs/adr/0105).
 ROTATE_SECRET: Final = """
-UPDATE webhooks SET previous_secret = secret, secret = %(secret)s,
-                    previous_secret_until = now() + make_interval(secs => %(overlap)s)
-WHERE id = %(id)s AND owner_id = %(owner)s
-RETURNING id, previous_secret_until
+SELECT id, previous_secret_until FROM walfeed_rotate_webhook_secret(%(owner)s, %(id)s, %(secret)s, %(overlap)s)
 """
 ENABLE_WEBHOOK: Final = """
 UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
