@@ -35,6 +35,7 @@ class _Recording(dict[str, str]):
 def variables_read() -> set[str]:
     environ = _Recording({name: "a-password-of-24-chars!!" for name in password_variables()})
     environ["WALFEED_SMTP_URL"] = "smtp://mail.example.com"  # the email channel reads its other settings after it
+    environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
                      WorkerSettings.from_env, notifier_config.from_env, RoleSettings.from_env, log_format):
         from_env(environ)
