@@ -41,4 +41,4 @@ def variables_read() -> set[str]:
         from_env(environ)
     DeliverySettings.from_env("email", environ)
     direct = {name for path in (ROOT / "services").rglob("*.py") for name in _OS_ENVIRON.findall(path.read_text())}
-    return environ.read | direct
+    return (environ.read | direct) - {"CREDENTIALS_DIRECTORY"}  # systemd's, not a setting (docs/settings.md)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from services.core.redact import redact
@@ -65,3 +67,18 @@ def test_a_malformed_url_is_named_without_its_password(var: str, value: str) -> 
 ])
 def test_redaction_keeps_all_but_the_password(value: str, shown: str) -> None:
     assert redact(value) == shown
+
+
+def test_a_setting_missing_from_the_environment_is_read_from_its_systemd_credential(tmp_path: Path) -> None:
+    """LoadCredential=WALFEED_DATABASE_URL:... (deploy/systemd): the secret is a file only the unit's user reads,
+    not an environment variable; the environment still wins where it sets the variable."""
+    (tmp_path / "WALFEED_DATABASE_URL").write_text("postgresql://walfeed_api:pw@db/walfeed\n")
+    (tmp_path / "WALFEED_AMQP_URL").write_text("amqp://walfeed_worker:pw@mq/%2F")
+    settings = Settings.from_env({"CREDENTIALS_DIRECTORY": str(tmp_path),
+                                  "WALFEED_AMQP_URL": "amqp://from-env:5672/%2F"})
+    assert settings.database_url == "postgresql://walfeed_api:pw@db/walfeed"
+    assert settings.amqp_url == "amqp://from-env:5672/%2F"
+    assert Env({"CREDENTIALS_DIRECTORY": str(tmp_path)}).optional("WALFEED_NOT_THERE") is None
+    (tmp_path / "WALFEED_SLOT").mkdir()  # unreadable as a file: named, never a traceback
+    with pytest.raises(SettingsError, match="WALFEED_SLOT: the credential"):
+        Settings.from_env({"CREDENTIALS_DIRECTORY": str(tmp_path)})
