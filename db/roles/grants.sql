@@ -30,7 +30,7 @@ GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upser
 GRANT SELECT ON notifications TO {api};
 GRANT SELECT, INSERT, UPDATE ON notification_reads TO {api};
 GRANT UPDATE (email, email_kinds, email_verified_at) ON users TO {api};
--- the key of verification codes and unsubscribe tokens (016_email_verification.sql), checked by the api
+-- the key of verification codes and unsubscribe tokens (017_email_verification.sql), checked by the api
 GRANT SELECT ON server_secrets TO {api};
 -- Webhook secrets (docs/adr/0105): the api writes a new one (it generates it and shows it once, never reading it
 -- back) and rotates through the owner's function; it reads every column but secret and previous_secret.

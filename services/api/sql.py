@@ -204,7 +204,8 @@ WITH old AS (
 )
 SELECT id, handle, email, email_kinds, email_verified FROM u
 """
-# The caller's address and the key of mail tokens (services/core/mailtokens.py, db/init/016_email_verification.sql).
+# The caller's address and the key of mail tokens (services/core/mailtokens.py,
+# db/init/017_email_verification.sql).
 MAIL_TOKEN_KEY: Final = """
 SELECT u.email, s.value AS key FROM users u CROSS JOIN server_secrets s WHERE u.id = %(id)s AND s.name = %(name)s
 """
@@ -236,7 +237,7 @@ ORDER BY id
 """
 DELETE_WEBHOOK: Final = "DELETE FROM webhooks WHERE id = %(id)s AND owner_id = %(owner)s RETURNING id"
 # The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation). Through the owner's
-# function (db/init/015_webhook_secrets.sql): moving the secret reads it, and the api role may not (docs/adr/0105).
+# function (db/init/016_webhook_secrets.sql): moving the secret reads it, and the api role may not (docs/adr/0105).
 ROTATE_SECRET: Final = """
 SELECT id, previous_secret_until FROM walfeed_rotate_webhook_secret(%(owner)s, %(id)s, %(secret)s, %(overlap)s)
 """

@@ -1,6 +1,7 @@
 """Signed tokens of notification mail (docs/notifications.md, "Email"; docs/adr/0106). Pure.
 
-The email delivery worker signs them, the api checks them; both read the key from `server_secrets` (db/init/016).
+The email delivery worker signs them, the api checks them; both read the key from `server_secrets`
+(db/init/017_email_verification.sql).
 Each token is bound to the address it was mailed to: once the user changes the address, the old tokens verify
 nothing and unsubscribe nothing.
 

@@ -30,7 +30,7 @@ class EmailSender:
         if not delivery.email:
             return Refused("the recipient has no email address")
         if delivery.token_key is None:
-            return Refused("no key to sign mail tokens: run walfeed migrate (db/init/016_email_verification.sql)")
+            return Refused("no key to sign mail tokens: run walfeed migrate (db/init/017_email_verification.sql)")
         if delivery.notification_id is None:
             if delivery.email_verified_at is not None:
                 return Refused("the address is verified already")
