@@ -31,11 +31,18 @@ GRANT SELECT, INSERT, UPDATE ON rate_limits TO {api};  -- RATE_LIMIT_HIT's upser
 -- deliveries (ping, retry); a webhook's deliveries go with it by ON DELETE CASCADE, run as the table owner.
 GRANT SELECT ON notifications TO {api};
 GRANT SELECT, INSERT, UPDATE ON notification_reads TO {api};
-GRANT UPDATE (email, email_kinds) ON users TO {api};
-GRANT SELECT, DELETE ON webhooks TO {api};
+GRANT UPDATE (email, email_kinds, email_verified_at) ON users TO {api};
+-- the key of verification codes and unsubscribe tokens (017_email_verification.sql), checked by the api
+GRANT SELECT ON server_secrets TO {api};
+-- Webhook secrets (docs/adr/0105): the api writes a new one (it generates it and shows it once, never reading it
+-- back) and rotates through the owner's function; it reads every column but secret and previous_secret.
+GRANT SELECT (id, owner_id, url, events, previous_secret_until, disabled_at, disabled_reason, failing_since,
+              created_at) ON webhooks TO {api};
+GRANT DELETE ON webhooks TO {api};
 GRANT INSERT (owner_id, url, events, secret) ON webhooks TO {api};
-GRANT UPDATE (secret, previous_secret, previous_secret_until, disabled_at, disabled_reason, failing_since)
-    ON webhooks TO {api};
+GRANT UPDATE (disabled_at, disabled_reason, failing_since) ON webhooks TO {api};
+REVOKE ALL ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) TO {api};
 GRANT SELECT ON deliveries TO {api};
 GRANT INSERT (channel, webhook_id, recipient_id) ON deliveries TO {api};
 GRANT UPDATE (status, attempts, next_attempt_at, updated_at) ON deliveries TO {api};
@@ -77,7 +84,7 @@ GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {worker};
 GRANT SELECT (id, type, payload) ON outbox TO {notifier};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload) ON outbox TO {notifier};
 GRANT SELECT (id, author_id, body, deleted_at) ON posts TO {notifier};
-GRANT SELECT (id, handle, email, email_kinds) ON users TO {notifier};
+GRANT SELECT (id, handle, email, email_kinds, email_verified_at) ON users TO {notifier};
 GRANT SELECT (id, owner_id, events, disabled_at) ON webhooks TO {notifier};
 GRANT SELECT, INSERT (recipient_id, kind, actor_id, post_id, event_id) ON notifications TO {notifier};
 GRANT UPDATE (withdrawn_at) ON notifications TO {notifier};
@@ -89,7 +96,8 @@ GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {notifier};
 -- webhook's run of failures and disabling; the per-target rate limits (011_delivery.sql). Webhook secrets are read
 -- to sign, never written.
 GRANT SELECT ON deliveries, webhooks, notifications TO {delivery};
-GRANT SELECT (id, handle, email, email_kinds) ON users TO {delivery};  -- never token_hash
+GRANT SELECT (id, handle, email, email_kinds, email_verified_at) ON users TO {delivery};  -- never token_hash
+GRANT SELECT ON server_secrets TO {delivery};  -- signs verification codes and unsubscribe tokens
 GRANT SELECT (id, body, deleted_at) ON posts TO {delivery};
 GRANT UPDATE (status, attempts, last_status_code, last_error, response_excerpt, next_attempt_at, updated_at)
     ON deliveries TO {delivery};

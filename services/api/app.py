@@ -40,7 +40,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
                             timeout=api.pool_timeout, options=options)
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
-        app.state.replica = await _open_replica(api, options, app.state.registry)
+        app.state.replica = await _open_replica(api, options, app.state.registry, pool)
         listener = (asyncio.create_task(revocations.listen(settings.database_url, app.state.token_cache, options))
                     if api.auth_cache_seconds > 0 else None)
         try:
@@ -85,7 +85,8 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     return app
 
 
-async def _open_replica(api: ApiSettings, options: str, registry: CollectorRegistry) -> Replica | None:
+async def _open_replica(api: ApiSettings, options: str, registry: CollectorRegistry,
+                        primary: db.Pool) -> Replica | None:
     """The read replica's pool (same sizes as the primary's), or None when WALFEED_DATABASE_READ_URL is unset."""
     if api.read_url is None:
         return None
@@ -93,7 +94,7 @@ async def _open_replica(api: ApiSettings, options: str, registry: CollectorRegis
                         options=options, name="walfeed-api-replica")
     await pool.open(wait=False)  # a replica down at start: reads go to the primary until it answers
     return Replica(pool, wait=api.read_after_wait, retry=api.replica_retry, max_waiters=max(1, api.pool_max // 2),
-                   memory=WriteMemory(api.read_after_memory), registry=registry)
+                   memory=WriteMemory(api.read_after_memory), registry=registry, primary=primary)
 
 
 def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:

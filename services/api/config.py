@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from services.api.ratelimit import Quota
+from services.core.redact import redact
 from services.core.settings import Env, SettingsError
 from services.delivery import ssrf
 
@@ -112,7 +113,7 @@ class ApiSettings:
 def _read_url(env: Env) -> str | None:
     url = env.optional("WALFEED_DATABASE_READ_URL")
     if url is not None and not url.startswith(("postgresql://", "postgres://")) and "=" not in url:
-        raise SettingsError(f"WALFEED_DATABASE_READ_URL={url!r} is invalid: expected a libpq URL "
+        raise SettingsError(f"WALFEED_DATABASE_READ_URL={redact(url)!r} is invalid: expected a libpq URL "
                             "(postgresql://...) or key=value connection string of the replica, or leave it unset")
     return url
 

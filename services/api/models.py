@@ -168,6 +168,17 @@ class Me(BaseModel):
     handle: str
     email: str | None
     email_kinds: list[Kind]
+    email_verified: bool = Field(description="the address is confirmed (POST /v1/users/me/email/verify): "
+                                             "notification mail goes to a verified address only")
+
+
+class EmailVerification(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: Annotated[str, Field(min_length=1, max_length=200, description="the code of the verification mail")]
+
+
+class Unsubscribed(BaseModel):
+    unsubscribed: Kind = Field(description="the notification kind no longer mailed to that address")
 
 
 # Webhooks (docs/notifications.md).

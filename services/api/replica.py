@@ -5,6 +5,10 @@ that bound, is busy waiting for others, or is down. Writes report their WAL posi
 Each pooled replica connection remembers the last replay position it saw, so a read whose token is already
 replayed costs no extra round trip; the check runs on the connection that then reads, so it holds whatever
 server the read URL leads to (one standby, or several behind a TCP balancer).
+
+A token is the client's word: one beyond any position this process knows the primary reached is checked against
+the primary's current position and lowered to it (`clamp`), so a forged `FFFFFFFF/FFFFFFFF` waits for nothing and
+holds no waiter slot. A real token from a write through another process costs that one primary query at most.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ class Health:
 
 class Replica:
     def __init__(self, pool: Pool, *, wait: float, retry: float, max_waiters: int, memory: WriteMemory,
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, primary: Pool | None = None) -> None:
         self.pool = pool
+        self.primary = primary  # asked for its current position when a token is beyond what is known of it
+        self.primary_lsn = 0  # the highest position this process saw the primary at: never beyond the primary's
         self.wait = wait
         self.retry = retry
         self.max_waiters = max_waiters
@@ -68,12 +74,27 @@ class Replica:
         assert row is not None
         lsn = int(row["lsn"])
         self.memory.remember(user, lsn)
+        self.primary_lsn = max(self.primary_lsn, lsn)
         return lsn
+
+    async def clamp(self, after: int) -> int:
+        """`after`, lowered to the primary's current position when it is beyond it: a position the primary never
+        wrote can never be replayed, and a read waiting for it would only hold a waiter slot until the bound. Without
+        a primary pool to ask (unit tests), a position beyond what is known stays as it is."""
+        if after <= self.primary_lsn or self.primary is None:
+            return after
+        async with self.primary.connection() as conn:
+            row = await (await conn.execute(WRITTEN)).fetchone()
+        assert row is not None
+        self.primary_lsn = max(self.primary_lsn, int(row["lsn"]))
+        return min(after, self.primary_lsn)
 
     async def run(self, after: int | None, work: Work[T], primary: Callable[[], Awaitable[T]]) -> T:
         """`work` on a replica connection that has replayed `after`, else `primary()` (which runs it there); either
         way counted in walfeed_api_replica_reads_total by the server that answered and why."""
         reason = "replica-down"
+        if after is not None and time.monotonic() >= self.down_until:
+            after = await self.clamp(after)
         if time.monotonic() >= self.down_until:
             try:
                 async with self.pool.connection(timeout=ACQUIRE_TIMEOUT) as conn:
@@ -133,6 +154,7 @@ class Replica:
             self.mark_down(exc)
             return Health("unreachable")
         assert row is not None
+        self.primary_lsn = max(self.primary_lsn, primary_lsn)
         if not row["standby"]:
             return Health("not-a-standby")
         return Health("ok", max(0, primary_lsn - int(row["replayed"] or 0)))

@@ -227,16 +227,51 @@ SELECT count(*) AS unread FROM (
 # The marker only moves up, and never above the caller's newest notification: one that arrives later is unread.
 MARK_READ: Final = """
 INSERT INTO notification_reads AS r (user_id, up_to)
-SELECT %(user)s, least(%(up_to)s, max(id)) FROM notifications WHERE recipient_id = %(user)s HAVING count(*) > 0
+SELECT %(user)s, least(%(up_to)s, newest.id)
+FROM (SELECT id FROM notifications WHERE recipient_id = %(user)s ORDER BY id DESC LIMIT 1) newest
 ON CONFLICT (user_id) DO UPDATE SET up_to = greatest(r.up_to, excluded.up_to)
 """
 
-GET_ME: Final = "SELECT id, handle, email, email_kinds FROM users WHERE id = %(id)s"
+GET_ME: Final = """
+SELECT id, handle, email, email_kinds, email_verified_at IS NOT NULL AS email_verified FROM users WHERE id = %(id)s
+"""
+# A new address is unverified, and its verification mail (an email delivery without a notification, and its
+# delivery.email event) is queued in the same statement; the same address again changes nothing (docs/adr/0106).
 UPDATE_ME: Final = """
-UPDATE users SET email = CASE WHEN %(set_email)s THEN %(email)s ELSE email END,
-                 email_kinds = coalesce(%(kinds)s::text[], email_kinds)
-WHERE id = %(id)s
-RETURNING id, handle, email, email_kinds
+WITH old AS (
+    SELECT email FROM users WHERE id = %(id)s FOR NO KEY UPDATE
+), u AS (
+    UPDATE users u
+    SET email = CASE WHEN %(set_email)s THEN %(email)s ELSE u.email END,
+        email_kinds = coalesce(%(kinds)s::text[], u.email_kinds),
+        email_verified_at = CASE WHEN %(set_email)s AND %(email)s::text IS DISTINCT FROM old.email THEN NULL
+                                 ELSE u.email_verified_at END
+    FROM old WHERE u.id = %(id)s
+    RETURNING u.id, u.handle, u.email, u.email_kinds, u.email_verified_at IS NOT NULL AS email_verified,
+              %(set_email)s AND %(email)s::text IS NOT NULL AND %(email)s::text IS DISTINCT FROM old.email AS changed
+), d AS (
+    INSERT INTO deliveries (channel, recipient_id) SELECT 'email', id FROM u WHERE changed RETURNING id
+), o AS (
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), 'delivery', d.id::text, 'delivery.email', jsonb_build_object('delivery_id', d.id)
+    FROM d
+)
+SELECT id, handle, email, email_kinds, email_verified FROM u
+"""
+# The caller's address and the key of mail tokens (services/core/mailtokens.py,
+# db/init/017_email_verification.sql).
+MAIL_TOKEN_KEY: Final = """
+SELECT u.email, s.value AS key FROM users u CROSS JOIN server_secrets s WHERE u.id = %(id)s AND s.name = %(name)s
+"""
+# Only the address the code was mailed to, and only while it is still the user's.
+VERIFY_EMAIL: Final = """
+UPDATE users SET email_verified_at = coalesce(email_verified_at, now())
+WHERE id = %(id)s AND email = %(email)s
+RETURNING id, handle, email, email_kinds, true AS email_verified
+"""
+UNSUBSCRIBE: Final = """
+UPDATE users SET email_kinds = array_remove(email_kinds, %(kind)s) WHERE id = %(id)s AND email = %(email)s
+RETURNING id
 """
 
 # Webhooks: every statement is scoped to the caller (owner_id), so another user's webhook is not found (404).
@@ -255,12 +290,10 @@ FROM webhooks WHERE owner_id = %(owner)s AND (%(id)s::bigint IS NULL OR id = %(i
 ORDER BY id
 """
 DELETE_WEBHOOK: Final = "DELETE FROM webhooks WHERE id = %(id)s AND owner_id = %(owner)s RETURNING id"
-# The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation).
+# The previous secret signs too until %(overlap)s seconds from now (Standard Webhooks rotation). Through the owner's
+# function (db/init/016_webhook_secrets.sql): moving the secret reads it, and the api role may not (docs/adr/0105).
 ROTATE_SECRET: Final = """
-UPDATE webhooks SET previous_secret = secret, secret = %(secret)s,
-                    previous_secret_until = now() + make_interval(secs => %(overlap)s)
-WHERE id = %(id)s AND owner_id = %(owner)s
-RETURNING id, previous_secret_until
+SELECT id, previous_secret_until FROM walfeed_rotate_webhook_secret(%(owner)s, %(id)s, %(secret)s, %(overlap)s)
 """
 ENABLE_WEBHOOK: Final = """
 UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL

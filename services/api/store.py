@@ -12,7 +12,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from services.api import paging, sql
-from services.core import events, feed
+from services.core import events, feed, mailtokens
 from services.core.events import Event
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -198,6 +198,22 @@ async def update_me(conn: Conn, user: int, *, set_email: bool, email: str | None
     row = await _one(conn, sql.UPDATE_ME, {"id": user, "set_email": set_email, "email": email, "kinds": kinds})
     assert row is not None
     return row
+
+
+async def mail_token_key(conn: Conn, user: int) -> tuple[str | None, bytes] | None:
+    """The user's address and the key that signed their mail tokens; None if there is no such user."""
+    row = await _one(conn, sql.MAIL_TOKEN_KEY, {"id": user, "name": mailtokens.KEY_NAME})
+    return None if row is None else (row["email"], bytes(row["key"]))
+
+
+async def verify_email(conn: Conn, user: int, email: str) -> Row | None:
+    """Mark `email` verified if it is still the user's address (as GET_ME); None otherwise."""
+    return await _one(conn, sql.VERIFY_EMAIL, {"id": user, "email": email})
+
+
+async def unsubscribe(conn: Conn, user: int, kind: str, email: str) -> bool:
+    """No more mail of `kind` to `email` (if it is still the user's address)."""
+    return await _one(conn, sql.UNSUBSCRIBE, {"id": user, "kind": kind, "email": email}) is not None
 
 
 # Webhooks (docs/notifications.md): every function is scoped to the owner.

@@ -40,6 +40,8 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
         print("walfeed up: run scripts/setup-infra.sh (or scripts/run, which does) and try again", file=sys.stderr)
         return 1
     environ = {**os.environ, **{v: secrets.token_urlsafe(24) for v in password_variables() if not os.environ.get(v)}}
+    # mail's unsubscribe links lead to this api unless said otherwise (plain http: loopback only, docs/settings.md)
+    environ.setdefault("WALFEED_API_PUBLIC_URL", f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}")
     roles = RoleSettings.from_env(environ)
     if bootstrap.run(settings, roles) != 0:
         return 1

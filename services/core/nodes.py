@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import urllib.parse
 
+from services.core.redact import redact
+
 SETTING = "WALFEED_AMQP_URL"
 
 
@@ -19,24 +21,24 @@ def split(value: str) -> tuple[str, ...]:
     (services/core/settings.py turns it into a SettingsError)."""
     urls = tuple(part.strip() for part in value.split(","))
     if not value.strip() or any(not url for url in urls):
-        raise ValueError(f"{SETTING}={value!r} is invalid: expected one amqp:// URL per broker node, "
+        raise ValueError(f"{SETTING}={redact(value)!r} is invalid: expected one amqp:// URL per broker node, "
                             "separated by commas, none empty")
     vhosts = set()
     for url in urls:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-            raise ValueError(f"{SETTING}: {url!r} is invalid: expected amqp://user:password@host:port/vhost "
+            raise ValueError(f"{SETTING}: {redact(url)!r} is invalid: expected amqp://user:password@host:port/vhost "
                                 "or amqps://...")
         try:
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
-            raise ValueError(f"{SETTING}: {url!r} has an invalid port") from None
+            raise ValueError(f"{SETTING}: {redact(url)!r} has an invalid port") from None
         vhosts.add(vhost(url))
     if len(vhosts) > 1:
-        raise ValueError(f"{SETTING}={value!r} is invalid: every node must name the same virtual host, "
+        raise ValueError(f"{SETTING}={redact(value)!r} is invalid: every node must name the same virtual host, "
                             f"found {sorted(vhosts)}")
     if len(set(urls)) != len(urls):
-        raise ValueError(f"{SETTING}={value!r} is invalid: a node is listed twice")
+        raise ValueError(f"{SETTING}={redact(value)!r} is invalid: a node is listed twice")
     return urls
 
 

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from services.core import nodes, queues
+from services.core.redact import redact
 
 T = TypeVar("T", int, float)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+_VARIABLE = re.compile(r"WALFEED_[A-Z0-9_]{1,100}")  # a credential's file name: never a path
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -36,10 +38,26 @@ class Env:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
 
+    def _get(self, name: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
+        """The variable, else the credential of that name that systemd's LoadCredential= put in
+        $CREDENTIALS_DIRECTORY (deploy/systemd: secrets out of the environment), else `default`."""
+        value = self._environ.get(name)
+        directory = self._environ.get("CREDENTIALS_DIRECTORY")
+        if value is not None or not directory or not _VARIABLE.fullmatch(name):
+            return default if value is None else value
+        path = os.path.join(directory, name)
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read().rstrip("\r\n")
+        except FileNotFoundError:
+            return default
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{name}: the credential {path} cannot be read ({type(exc).__name__})") from None
+
     def str(
         self, name: builtins.str, default: builtins.str, pattern: re.Pattern[builtins.str] | None = None
     ) -> builtins.str:
-        value = self._environ.get(name, default).strip()
+        value = (self._get(name, default) or "").strip()
         if not value:
             raise SettingsError(f"{name} is empty; set it or unset it to use the default {default!r}")
         if pattern is not None and not pattern.match(value):
@@ -47,7 +65,7 @@ class Env:
         return value
 
     def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
-        raw = self._environ.get(name, "").strip().lower()
+        raw = (self._get(name) or "").strip().lower()
         if not raw:
             return default
         if raw in _TRUE or raw in _FALSE:
@@ -56,12 +74,12 @@ class Env:
 
     def optional(self, name: builtins.str) -> builtins.str | None:
         """The value, or None when the variable is unset or blank."""
-        value = self._environ.get(name, "").strip()
+        value = (self._get(name) or "").strip()
         return value or None
 
     def secret(self, name: builtins.str, min_length: builtins.int) -> builtins.str:
         """A required secret (no default). Error messages never include the value."""
-        value = self._environ.get(name, "")
+        value = self._get(name) or ""
         if not value.strip():
             raise SettingsError(f"{name} is not set: it has no default, set it to a secret of at least "
                                 f"{min_length} characters")
@@ -79,7 +97,7 @@ class Env:
         return self._number(name, default, float, minimum, maximum)
 
     def _number(self, name: builtins.str, default: T, kind: type[T], minimum: T, maximum: T | None) -> T:
-        raw = self._environ.get(name)
+        raw = self._get(name)
         if raw is None or raw.strip() == "":
             return default
         try:
@@ -113,7 +131,7 @@ class Settings:
         database_url = env.str("WALFEED_DATABASE_URL", "postgresql:///walfeed")
         if not database_url.startswith(("postgresql://", "postgres://")) and "=" not in database_url:
             raise SettingsError(
-                f"WALFEED_DATABASE_URL={database_url!r} is invalid: expected a libpq URL "
+                f"WALFEED_DATABASE_URL={redact(database_url)!r} is invalid: expected a libpq URL "
                 "(postgresql://...) or key=value connection string"
             )
         amqp_url = env.str("WALFEED_AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")

@@ -19,7 +19,7 @@
 | `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | allow plain `http://` webhook URLs |
 | `WALFEED_SMTP_URL` | none | `smtp://[user:password@]host[:port]`, `smtp+starttls://`, `smtps://`: needed for email |
 | `WALFEED_SMTP_FROM` | `walfeed <notifications@localhost>` | the From of notification mail |
-| `WALFEED_EMAIL_UNSUBSCRIBE_URL` | `mailto:` the From address | List-Unsubscribe target; `{user_id}` is replaced |
+| `WALFEED_API_PUBLIC_URL` | none | the api's https base URL for mail readers (unsubscribe links); needed for email |
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Smtp:
 class Email:
     smtp: Smtp
     sender: str
-    unsubscribe: str
+    api_url: str  # WALFEED_API_PUBLIC_URL without a trailing slash: where List-Unsubscribe POSTs go
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +116,29 @@ def _email(env: Env) -> Email:
     if "@" not in address:
         raise SettingsError(f"WALFEED_SMTP_FROM={sender!r} is invalid: expected an address such as "
                             "'walfeed <notifications@example.com>'")
-    unsubscribe = env.str("WALFEED_EMAIL_UNSUBSCRIBE_URL", f"mailto:{address}?subject=unsubscribe")
-    if not unsubscribe.startswith(("mailto:", "https://")):
-        raise SettingsError(f"WALFEED_EMAIL_UNSUBSCRIBE_URL={unsubscribe!r} is invalid: expected mailto: or https://")
-    return Email(smtp, sender, unsubscribe)
+    return Email(smtp, sender, _api_url(env))
+
+
+_LOOPBACK: Final = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _api_url(env: Env) -> str:
+    """WALFEED_API_PUBLIC_URL: https (RFC 8058's one-click unsubscribe needs it); plain http on loopback only."""
+    url = env.optional("WALFEED_API_PUBLIC_URL")
+    if url is None:
+        raise SettingsError("WALFEED_API_PUBLIC_URL is not set: `walfeed deliver --channel email` puts a one-click "
+                            "unsubscribe link to the api in every mail, e.g. https://walfeed.example.com")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None
+    loopback = parts is not None and parts.scheme == "http" and parts.netloc.rsplit(":", 1)[0] in _LOOPBACK
+    if parts is None or not parts.hostname or parts.query or parts.fragment or parts.username \
+            or not (parts.scheme == "https" or loopback):
+        raise SettingsError(f"WALFEED_API_PUBLIC_URL={url!r} is invalid: expected the api's base URL, "
+                            "https://host[:port][/path] (http:// only on 127.0.0.1 or localhost)")
+    return url.rstrip("/")
 
 
 _SMTP_SCHEMES: Final = {"smtp": ("none", 25), "smtp+starttls": ("starttls", 587), "smtps": ("implicit", 465)}

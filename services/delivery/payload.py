@@ -44,6 +44,8 @@ class Delivery:
     # email channel
     email: str | None = None
     email_kinds: tuple[str, ...] = ()
+    email_verified_at: datetime | None = None  # notification mail goes to a verified address only
+    token_key: bytes | None = None  # signs verification codes and unsubscribe tokens (services/core/mailtokens.py)
     target: str = ""  # the rate limit's key: 'webhook:<id>' or 'email:<recipient id>' (sql.LOAD)
 
     @classmethod
@@ -90,16 +92,36 @@ def _summary(delivery: Delivery) -> tuple[str, str]:
     return f"{actor} mentioned you", f"{actor} mentioned you in post {delivery.post_id}:\n\n{body}"
 
 
-def email_message(delivery: Delivery, sender: str, unsubscribe: str, now: datetime) -> EmailMessage:
-    """The plain-text notification mail, with List-Unsubscribe (RFC 2369)."""
-    subject, text = _summary(delivery)
+def _mail(delivery: Delivery, sender: str, subject: str, now: datetime) -> EmailMessage:
     message = EmailMessage()
     message["From"] = sender
     message["To"] = delivery.email or ""
     message["Subject"] = subject
     message["Date"] = format_datetime(now.astimezone(UTC))
     message["Message-ID"] = make_msgid(f"walfeed-delivery-{delivery.id}")
-    message["List-Unsubscribe"] = f"<{unsubscribe.replace('{user_id}', str(delivery.recipient_id))}>"
     message["Auto-Submitted"] = "auto-generated"
-    message.set_content(f"{text}\n\n--\nYou receive this because you chose {delivery.kind} notifications by mail.\n")
+    return message
+
+
+def email_message(delivery: Delivery, sender: str, unsubscribe_url: str, now: datetime) -> EmailMessage:
+    """The plain-text notification mail, with a one-click List-Unsubscribe (RFC 2369, RFC 8058): a POST to
+    `unsubscribe_url` (its signed token included) stops mail of this kind to this address."""
+    subject, text = _summary(delivery)
+    message = _mail(delivery, sender, subject, now)
+    message["List-Unsubscribe"] = f"<{unsubscribe_url}>"
+    message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    message.set_content(f"{text}\n\n--\nYou receive this because you chose {delivery.kind} notifications by mail.\n"
+                        f"To stop them: POST {unsubscribe_url}\n")
+    return message
+
+
+def verification_message(delivery: Delivery, sender: str, code: str, now: datetime) -> EmailMessage:
+    """The mail to a newly set address (a delivery without a notification): the code that shows it is the user's.
+    Nothing in it is anyone's text but walfeed's and the recipient's own handle."""
+    message = _mail(delivery, sender, "Confirm your address for walfeed notifications", now)
+    message.set_content(
+        f"The walfeed account @{delivery.recipient_handle} asked for notification mail at this address.\n\n"
+        f"If that is you, confirm it with this code (valid for two days):\n\n    {code}\n\n"
+        "(POST /v1/users/me/email/verify {\"code\": \"...\"} with your token; your client does this for you.)\n\n"
+        "If it is not you, ignore this mail: no notification is mailed to an address that is not confirmed.\n")
     return message

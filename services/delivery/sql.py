@@ -16,7 +16,9 @@ WITH d AS (
            w.disabled_reason, w.failing_since,
            n.kind, n.actor_id, n.post_id, n.created_at AS notified_at, n.withdrawn_at,
            a.handle AS actor_handle, p.body AS post_body,
-           u.handle AS recipient_handle, u.email, u.email_kinds,
+           u.handle AS recipient_handle, u.email, u.email_kinds, u.email_verified_at,
+           CASE WHEN d.channel = 'email' THEN (SELECT s.value FROM server_secrets s WHERE s.name = 'email_tokens') END
+               AS token_key,  -- signs the verification code and the unsubscribe token (services/core/mailtokens.py)
            CASE WHEN d.channel = 'webhook' THEN 'webhook:' || d.webhook_id ELSE 'email:' || d.recipient_id END
                AS target,
            %(interval)s::float8 IS NOT NULL AND d.status IN ('PENDING', 'RETRYING') AND n.withdrawn_at IS NULL

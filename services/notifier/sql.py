@@ -22,8 +22,8 @@ USERS_BY_HANDLE: Final = sql.SQL("SELECT id, handle FROM users WHERE handle = AN
 
 # New notifications, and in the same statement their deliveries and the deliveries' outbox events. A notification
 # exists once per (event, recipient): a duplicate inserts none, so it creates no delivery either. Targets: each
-# enabled webhook of the recipient subscribed to the kind, and the recipient's email address if set and the kind
-# is one they chose (docs/notifications.md). Returns the notifications created with their delivery count.
+# enabled webhook of the recipient subscribed to the kind, and the recipient's email address if set, verified and
+# the kind is one they chose (docs/notifications.md). Returns the notifications created with their delivery count.
 NOTIFY: Final = sql.SQL("""
 WITH n AS (
     INSERT INTO notifications (recipient_id, kind, actor_id, post_id, event_id)
@@ -37,7 +37,8 @@ WITH n AS (
     FROM n JOIN webhooks w ON w.owner_id = n.recipient_id AND w.disabled_at IS NULL AND n.kind = ANY (w.events)
     UNION ALL
     SELECT n.id, 'email', NULL, n.recipient_id
-    FROM n JOIN users u ON u.id = n.recipient_id AND u.email IS NOT NULL AND n.kind = ANY (u.email_kinds)
+    FROM n JOIN users u ON u.id = n.recipient_id AND u.email IS NOT NULL AND u.email_verified_at IS NOT NULL
+                       AND n.kind = ANY (u.email_kinds)
 ), d AS (
     INSERT INTO deliveries (notification_id, channel, webhook_id, recipient_id)
     SELECT notification_id, channel, webhook_id, recipient_id FROM targets

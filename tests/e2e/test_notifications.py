@@ -15,6 +15,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from services.core import events as ev
+from services.core import mailtokens
 from services.core.topology import Topology
 from testkit.infra import Infra
 from testkit.processes import Processes, free_port
@@ -109,7 +110,8 @@ def test_a_mention_reaches_the_webhook_and_the_mailbox_once_and_a_rotated_secret
     port = free_port()
     env = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_NOTIFIER_METRICS_PORT": "0",
            "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WALFEED_WEBHOOK_ALLOW_HTTP": "true",
-           "WALFEED_SMTP_URL": f"smtp://127.0.0.1:{smtp_port}", "WALFEED_DELIVERY_RATE": "0"}
+           "WALFEED_SMTP_URL": f"smtp://127.0.0.1:{smtp_port}", "WALFEED_DELIVERY_RATE": "0",
+           "WALFEED_API_PUBLIC_URL": f"http://127.0.0.1:{port}"}
     procs = [processes.start("api", "api", "--port", str(port), env=env), processes.start("relay", "relay", env=env),
              processes.start("notifier", "notifier", env=env),
              processes.start("deliver-webhook", "deliver", "--channel", "webhook", env=env),
@@ -124,9 +126,15 @@ def test_a_mention_reaches_the_webhook_and_the_mailbox_once_and_a_rotated_secret
         receiver.secrets.append(hook.json()["secret"])
         assert api.patch("/v1/users/me", json={"email": "bob@example.test", "email_kinds": ["mention"]},
                          headers=bob_auth).status_code == 200
+        verification = eventually(lambda: box.received, timeout=60, what="the verification mail")[0][1]
+        (code,) = [w for w in verification.get_content().split() if mailtokens.parse_verification(w)]
+        verified = api.post("/v1/users/me/email/verify", json={"code": code}, headers=bob_auth)
+        assert verified.status_code == 200 and verified.json()["email_verified"], verified.text
+        box.received.clear()
         post = api.post("/v1/posts", json={"body": "hi @bob"}, headers=alice_auth).json()
-        eventually(lambda: _statuses(database_url) == [("email", "DELIVERED"), ("webhook", "DELIVERED")],
-                   timeout=60, what="both deliveries made")
+        eventually(lambda: _statuses(database_url) == [("email", "DELIVERED"), ("email", "DELIVERED"),
+                                                       ("webhook", "DELIVERED")],
+                   timeout=60, what="the verification mail and both deliveries made")
         assert _publish_again_newest_first(database_url, infra, topology) == 1
         eventually(lambda: _processed(database_url) == 1 and not _queued(infra, topology), timeout=30,
                    what="the replay handled")
@@ -138,6 +146,11 @@ def test_a_mention_reaches_the_webhook_and_the_mailbox_once_and_a_rotated_secret
         assert (data["actor"]["id"], data["post"]["id"]) == (alice, post["id"])
         ((recipients, message),) = box.received
         assert recipients == ["bob@example.test"] and "@alice" in message.get_content()
+        assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+        unsubscribed = api.post(message["List-Unsubscribe"][1:-1], content="List-Unsubscribe=One-Click",
+                                headers={"Content-Type": "application/x-www-form-urlencoded"})  # as a mail client
+        assert unsubscribed.status_code == 200 and unsubscribed.json() == {"unsubscribed": "mention"}
+        assert api.get("/v1/users/me", headers=bob_auth).json()["email_kinds"] == []
         assert [n["post_id"] for n in _notifications(api, bob_auth)["items"]] == [post["id"]]
 
         rotated = api.post(f"/v1/webhooks/{hook.json()['id']}/rotate-secret", headers=bob_auth).json()

@@ -35,9 +35,10 @@ class _Recording(dict[str, str]):
 def variables_read() -> set[str]:
     environ = _Recording({name: "a-password-of-24-chars!!" for name in password_variables()})
     environ["WALFEED_SMTP_URL"] = "smtp://mail.example.com"  # the email channel reads its other settings after it
+    environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
                      WorkerSettings.from_env, notifier_config.from_env, RoleSettings.from_env, log_format):
         from_env(environ)
     DeliverySettings.from_env("email", environ)
     direct = {name for path in (ROOT / "services").rglob("*.py") for name in _OS_ENVIRON.findall(path.read_text())}
-    return environ.read | direct
+    return (environ.read | direct) - {"CREDENTIALS_DIRECTORY"}  # systemd's, not a setting (docs/settings.md)

@@ -67,3 +67,10 @@ def test_read_replica_from_env() -> None:
                                 "WALFEED_API_REPLICA_RETRY": "2"})
     assert (api.read_url, api.read_after_wait, api.read_after_memory, api.replica_retry) == (
         "postgresql://replica/walfeed", 0.5, 0.0, 2.0)
+
+
+@pytest.mark.parametrize("url", ["replica-user:s3cret-pw@replica:5432", "mysql://replica-user:s3cret-pw@replica/db"])
+def test_a_malformed_replica_url_is_named_without_its_password(url: str) -> None:
+    with pytest.raises(SettingsError, match="WALFEED_DATABASE_READ_URL") as raised:
+        ApiSettings.from_env({"WALFEED_DATABASE_READ_URL": url})
+    assert "s3cret" not in str(raised.value) and "replica-user:***@replica" in str(raised.value), raised.value

@@ -54,3 +54,31 @@ def test_a_replica_that_fails_marks_itself_down_and_its_read_is_counted_once_as_
     assert asyncio.run(replica.run(None, lambda conn: _on_primary(), _on_primary)) == "from the primary"
     assert replica.down_until > time.monotonic()
     assert _primary_reads(registry) == {"replica-down": None, "replica-error": 1.0}
+
+
+class PrimaryAt:
+    """A primary pool whose current position is `lsn`; counts the queries."""
+
+    def __init__(self, lsn: int) -> None:
+        self.lsn, self.asked = lsn, 0
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[PrimaryAt]:
+        yield self
+
+    async def execute(self, query: str) -> PrimaryAt:
+        self.asked += 1
+        return self
+
+    async def fetchone(self) -> dict[str, int]:
+        return {"lsn": self.lsn}
+
+
+def test_a_token_beyond_the_primary_is_lowered_to_its_position_asking_only_beyond_what_is_known() -> None:
+    primary = PrimaryAt(1000)
+    replica = Replica(cast(Pool, None), wait=0.1, retry=5.0, max_waiters=1, memory=WriteMemory(10.0),
+                      registry=CollectorRegistry(), primary=cast(Pool, primary))
+    assert asyncio.run(replica.clamp(2**64 - 1)) == 1000 and primary.asked == 1
+    assert asyncio.run(replica.clamp(900)) == 900 and primary.asked == 1  # below what is known: not asked
+    primary.lsn = 1500  # another process wrote since
+    assert asyncio.run(replica.clamp(1200)) == 1200 and primary.asked == 2

@@ -18,7 +18,7 @@ from services.cli.roles import password_variables
 from tests.unit.environment import ROOT, variables_read
 
 COMPOSE = ROOT / "compose.yaml"
-SECRETS = {"POSTGRES_PASSWORD", "RABBITMQ_ADMIN_PASSWORD", *password_variables()}
+SECRETS = {"POSTGRES_PASSWORD", "RABBITMQ_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD", *password_variables()}
 # Compose's interpolation: $$, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}.
 _REFERENCE = re.compile(r"\$\$|\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 
@@ -98,3 +98,9 @@ def test_prometheus_and_grafana_are_optional_and_load_the_files_in_deploy() -> N
     assert "./deploy/prometheus:" in mounted and "./deploy/grafana/walfeed.json:" in mounted
     assert not [name for name, service in services.items() if name not in ("prometheus", "grafana")
                 and service.get("profiles")], "the pipeline itself runs without a profile"
+
+
+def test_grafana_takes_its_admin_password_from_the_environment() -> None:
+    """Grafana's admin/admin default on a published port is a login anyone can guess (issue 24)."""
+    grafana = _compose({**_with_secrets(), "GRAFANA_ADMIN_PASSWORD": "from-dot-env-0123456"})["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "from-dot-env-0123456"

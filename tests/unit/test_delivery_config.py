@@ -56,9 +56,20 @@ def test_smtp_urls_and_their_tls_and_never_a_password_in_an_error_or_repr() -> N
     assert "hunter2" not in str(info.value)
 
 
-def test_the_unsubscribe_target_must_be_mailto_or_https() -> None:
-    with pytest.raises(SettingsError, match="WALFEED_EMAIL_UNSUBSCRIBE_URL"):
-        DeliverySettings.from_env("email", {"WALFEED_SMTP_URL": "smtp://m", "WALFEED_EMAIL_UNSUBSCRIBE_URL": "ftp://x"})
+@pytest.mark.parametrize("url", [None, "ftp://walfeed.example.com", "http://walfeed.example.com", "https://",
+                                 "https://h/?q=1", "https://u:p@h", "http://127.0.0.1.evil.example", "https://h:x"])
+def test_the_email_channel_needs_the_apis_https_url_for_its_unsubscribe_links(url: str | None) -> None:
+    env = {"WALFEED_SMTP_URL": "smtp://m", **({"WALFEED_API_PUBLIC_URL": url} if url is not None else {})}
+    with pytest.raises(SettingsError, match="WALFEED_API_PUBLIC_URL"):
+        DeliverySettings.from_env("email", env)
+
+
+@pytest.mark.parametrize(("url", "kept"), [("https://walfeed.example.com/", "https://walfeed.example.com"),
+                                           ("https://walfeed.example.com:8443/api", "https://walfeed.example.com:8443/api"),
+                                           ("http://127.0.0.1:8000", "http://127.0.0.1:8000")])
+def test_the_apis_url_is_https_or_plain_http_on_loopback(url: str, kept: str) -> None:
+    email = DeliverySettings.from_env("email", {"WALFEED_SMTP_URL": "smtp://m", "WALFEED_API_PUBLIC_URL": url}).email
+    assert email is not None and email.api_url == kept
 
 
 def _mention() -> payload.Delivery:
@@ -84,9 +95,10 @@ def test_a_ping_has_its_own_type() -> None:
                                                         "data": {"webhook_id": 4}}
 
 
-def test_the_mail_is_plain_text_with_list_unsubscribe_for_its_recipient() -> None:
-    message = payload.email_message(_mention(), "walfeed <n@walfeed.test>", "https://walfeed.test/unsub/{user_id}",
+def test_the_mail_is_plain_text_with_a_one_click_list_unsubscribe() -> None:
+    message = payload.email_message(_mention(), "walfeed <n@walfeed.test>", "https://walfeed.test/v1/unsubscribe?token=t",
                                     NOW)
     assert message["To"] == "bob@example.com" and message["Subject"] == "@alice mentioned you"
-    assert message["List-Unsubscribe"] == "<https://walfeed.test/unsub/3>"
+    assert message["List-Unsubscribe"] == "<https://walfeed.test/v1/unsubscribe?token=t>"
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert message.get_content_type() == "text/plain" and "hi @bob" in message.get_content()

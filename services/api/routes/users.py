@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
 
 from services.api import ratelimit, store, tokens
 from services.api.deps import ReadAfter, Token, database, read, throttle, write_session, written
-from services.api.models import CreatedUser, Me, MeUpdate, NewToken, NewUser, User
+from services.api.models import CreatedUser, EmailVerification, Me, MeUpdate, NewToken, NewUser, Unsubscribed, User
 from services.api.problems import ApiError
+from services.api.ratelimit import Quota
 from services.api.routes import (
     AUTH,
     BAD_TOKEN,
@@ -20,6 +24,7 @@ from services.api.routes import (
     invalid,
     outbox_trace,
 )
+from services.core import mailtokens
 from services.core.feed import MAX_FOLLOWING
 
 router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
@@ -74,9 +79,58 @@ async def update_me(update: MeUpdate, token: Token, request: Request) -> Me:
     """Set where notification mail goes (`email`, null: nowhere) and which kinds are mailed (`email_kinds`); a
     field left out is left as it is."""
     async with write_session(request, token) as (db, me):
+        if update.email is not None:  # each new address is mailed a code: a bound on mail to strangers' boxes
+            await throttle(request, db, VERIFICATION_MAILS, str(me))
         row = await store.update_me(db, me, set_email="email" in update.model_fields_set, email=update.email,
                                     kinds=update.email_kinds)
     return Me(**row)
+
+
+VERIFICATION_MAILS = Quota("email-verification", 10, 3600)  # addresses set per user and hour (each is mailed)
+_BAD_CODE: dict[int | str, dict[str, Any]] = {400: {
+    "description": "malformed JSON, or not the code mailed to the caller's current address or expired "
+                   "(invalid-verification-code)"}}
+
+
+@router.post("/users/me/email/verify", response_model=Me, tags=["users"], responses={**AUTH, **BODY, **LIMITED,
+                                                                                      **_BAD_CODE})
+async def verify_email(verification: EmailVerification, token: Token, request: Request) -> Me:
+    """Confirm the caller's address with the code mailed to it when it was set; notification mail goes there from
+    now on. A new address needs its own code."""
+    async with write_session(request, token) as (db, me):
+        found = await store.mail_token_key(db, me)
+        code = mailtokens.parse_verification(verification.code)
+        email = found[0] if found is not None else None
+        if found is None or email is None or code is None \
+                or not mailtokens.verifies(found[1], code, me, email, time.time()):
+            raise ApiError(400, "the code is not the one mailed to your current address, or it expired: set the "
+                                "address again (PATCH /v1/users/me) for a new one", "invalid-verification-code")
+        row = await store.verify_email(db, me, email)
+    if row is None:  # the address changed meanwhile
+        raise ApiError(400, "your address changed meanwhile: use the code mailed to the new one",
+                       "invalid-verification-code")
+    return Me(**row)
+
+
+UnsubscribeToken = Annotated[str, Query(max_length=mailtokens.MAX_LENGTH,
+                                        description="the token of the mail's List-Unsubscribe URL")]
+
+
+@router.post("/unsubscribe", response_model=Unsubscribed, tags=["users"], responses={
+    400: {"description": "not a token walfeed mailed to the user's current address (invalid-unsubscribe-token)"}})
+async def unsubscribe(token: UnsubscribeToken, request: Request) -> Unsubscribed:
+    """One-click unsubscribe (RFC 8058): the mail client POSTs `List-Unsubscribe=One-Click` to the URL of a
+    notification mail's List-Unsubscribe header; no bearer token, the signed token is the authority. Mail of
+    that kind to that address stops (`email_kinds` loses it). Any body is accepted and ignored."""
+    parsed = mailtokens.parse_unsubscribe(token)
+    async with database(request) as db:
+        found = None if parsed is None else await store.mail_token_key(db, parsed.user)
+        if parsed is None or found is None or found[0] is None \
+                or not mailtokens.unsubscribes(found[1], parsed, found[0]):
+            raise ApiError(400, "this unsubscribe link is not valid for the address it was mailed to (the address "
+                                "may have changed since; no mail goes there then)", "invalid-unsubscribe-token")
+        await store.unsubscribe(db, parsed.user, parsed.kind, found[0])
+    return Unsubscribed(unsubscribed=parsed.kind)  # type: ignore[arg-type]
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND, **BAD_TOKEN})

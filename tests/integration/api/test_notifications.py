@@ -3,6 +3,7 @@ GET and PATCH /v1/users/me. Notifications are written here as the notifier write
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -10,6 +11,7 @@ import httpx
 import psycopg
 import pytest
 
+from services.core import mailtokens
 from tests.integration.api.conftest import Account, SignUp
 
 pytestmark = pytest.mark.integration
@@ -86,7 +88,7 @@ def test_notifications_need_a_token_and_a_cursor_of_their_own(client: httpx.Clie
 
 def test_the_caller_sets_and_clears_the_mail_address_and_kinds(client: httpx.Client, signup: SignUp) -> None:
     alice = signup("alice")
-    me = {"id": alice.id, "handle": "alice", "email": None, "email_kinds": []}
+    me = {"id": alice.id, "handle": "alice", "email": None, "email_kinds": [], "email_verified": False}
     assert client.get("/v1/users/me", headers=alice.auth).json() == me
     reply = client.patch("/v1/users/me", json={"email": "alice@example.com", "email_kinds": ["mention", "mention"]},
                          headers=alice.auth)
@@ -109,3 +111,72 @@ def test_bad_mail_settings_are_a_422_problem_and_change_nothing(client: httpx.Cl
     assert reply.status_code == 422 and reply.json()["type"].endswith("/validation"), reply.text
     assert client.get("/v1/users/me", headers=alice.auth).json()["email"] is None
     assert client.patch("/v1/users/me", json={}).status_code == 401
+
+
+def _key(db: Db) -> bytes:
+    row = db.execute("SELECT value FROM server_secrets WHERE name = 'email_tokens'").fetchone()
+    assert row is not None
+    return bytes(row["value"])
+
+
+def _verification_mails(db: Db, user: int) -> list[str]:
+    """The statuses of the user's verification mails (email deliveries without a notification), each with its
+    delivery.email outbox event."""
+    rows = db.execute("SELECT d.status, o.type FROM deliveries d JOIN outbox o ON o.aggregateid = d.id::text "
+                      "AND o.aggregatetype = 'delivery' WHERE d.recipient_id = %s AND d.channel = 'email' "
+                      "AND d.notification_id IS NULL ORDER BY d.id", (user,)).fetchall()
+    assert all(r["type"] == "delivery.email" for r in rows)
+    return [r["status"] for r in rows]
+
+
+def test_a_new_address_is_unverified_until_the_mailed_code_comes_back(
+        client: httpx.Client, signup: SignUp, db: Db) -> None:
+    """Setting an address queues one verification mail (the same address again: none); only the code signed for
+    the caller's current address verifies it (issue 24)."""
+    alice, mallory = signup("alice"), signup("mallory")
+    reply = client.patch("/v1/users/me", json={"email": "alice@example.com", "email_kinds": ["mention"]},
+                         headers=alice.auth)
+    assert reply.json()["email_verified"] is False and _verification_mails(db, alice.id) == ["PENDING"]
+    client.patch("/v1/users/me", json={"email": "alice@example.com"}, headers=alice.auth)
+    assert _verification_mails(db, alice.id) == ["PENDING"]
+
+    key, now = _key(db), time.time()
+    for wrong in ["", "nonsense", mailtokens.verification_code(key, alice.id, "other@example.com", now),
+                  mailtokens.verification_code(key, mallory.id, "alice@example.com", now),
+                  mailtokens.verification_code(b"k" * 32, alice.id, "alice@example.com", now),
+                  mailtokens.verification_code(key, alice.id, "alice@example.com", now - 3 * 24 * 3600)]:
+        refused = client.post("/v1/users/me/email/verify", json={"code": wrong}, headers=alice.auth)
+        assert refused.status_code in (400, 422), refused.text
+        if refused.status_code == 400:
+            assert refused.json()["type"].endswith("/invalid-verification-code"), refused.text
+    assert client.get("/v1/users/me", headers=alice.auth).json()["email_verified"] is False
+
+    code = mailtokens.verification_code(key, alice.id, "alice@example.com", now)
+    assert client.post("/v1/users/me/email/verify", json={"code": code}).status_code == 401
+    verified = client.post("/v1/users/me/email/verify", json={"code": code}, headers=alice.auth)
+    assert verified.status_code == 200 and verified.json()["email_verified"] is True, verified.text
+    assert client.patch("/v1/users/me", json={"email_kinds": ["follow"]}, headers=alice.auth).json()[
+        "email_verified"] is True  # the kinds changed, the address did not
+    moved = client.patch("/v1/users/me", json={"email": "alice@new.example.com"}, headers=alice.auth).json()
+    assert moved["email_verified"] is False and _verification_mails(db, alice.id) == ["PENDING", "PENDING"]
+    again = client.post("/v1/users/me/email/verify", json={"code": code}, headers=alice.auth)
+    assert again.status_code == 400  # the old address's code verifies nothing now
+
+
+def test_one_click_unsubscribe_stops_that_kind_for_that_address_without_a_bearer(
+        client: httpx.Client, signup: SignUp, db: Db) -> None:
+    alice = signup("alice")
+    client.patch("/v1/users/me", json={"email": "alice@example.com", "email_kinds": ["follow", "mention"]},
+                 headers=alice.auth)
+    key = _key(db)
+    token = mailtokens.unsubscribe_token(key, alice.id, "mention", "alice@example.com")
+    for wrong in ["x", token[:-1] + ("A" if token[-1] != "A" else "B"),
+                  mailtokens.unsubscribe_token(key, alice.id, "mention", "old@example.com")]:
+        refused = client.post("/v1/unsubscribe", params={"token": wrong}, content="List-Unsubscribe=One-Click",
+                              headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert refused.status_code == 400 and refused.json()["type"].endswith("/invalid-unsubscribe-token")
+    done = client.post("/v1/unsubscribe", params={"token": token}, content="List-Unsubscribe=One-Click",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert done.status_code == 200 and done.json() == {"unsubscribed": "mention"}, done.text
+    assert client.get("/v1/users/me", headers=alice.auth).json()["email_kinds"] == ["follow"]
+    assert client.post("/v1/unsubscribe", params={"token": token}).status_code == 200  # again: still none

@@ -190,3 +190,32 @@ def test_idempotency_key_lookup_uses_the_partial_unique_index(loaded: Db) -> Non
     assert "Seq Scan" not in {kind for kind, _ in scans}, scans
     assert loaded.execute("SELECT count(*) AS n FROM pg_constraint WHERE conname = "
                           "'posts_author_id_idempotency_key_key'").fetchone() == {"n": 0}
+
+
+
+@pytest.mark.parametrize("recipient", [1, 2])
+def test_marking_notifications_read_probes_the_newest_one_by_index(database_url: str, recipient: int) -> None:
+    """POST /v1/notifications/read finds the recipient's newest notification with one probe of
+    the recipient's index: a user mentioned 20,000 times (1) costs what a user mentioned 20 times (2) does
+    (no aggregate over their notifications, which a mention-spammed user's request ran past the statement
+    timeout)."""
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute("INSERT INTO users (handle, token_hash) SELECT 'u' || i, sha256(('t' || i)::bytea) "
+                     "FROM generate_series(1, 1000) i")
+        conn.execute("INSERT INTO notifications (recipient_id, kind, actor_id, event_id) "
+                     "SELECT CASE WHEN i % 3 = 0 THEN 1 ELSE 2 + i % 998 END, 'mention', 1000, gen_random_uuid() "
+                     "FROM generate_series(1, 60000) i")
+        conn.execute("ANALYZE notifications")
+        with conn.transaction(force_rollback=True):
+            root = plans.explain(conn, sql.MARK_READ, {"user": recipient, "up_to": 2**62}, analyze=True)
+    kinds = {n["Node Type"] for n in plans.nodes(root)}
+    assert "Aggregate" not in kinds, kinds
+    probes = [(n["Node Type"], n.get("Index Name"), n["Actual Rows"], n.get("Rows Removed by Filter", 0))
+              for n in plans.scans(root) if n.get("Relation Name") == "notifications"]
+    # One index scan stopped at its first row. For the spammed user, whose notifications are a third of all, the
+    # planner may walk the primary key down from the newest id instead: as cheap, as the newest rows are theirs.
+    assert len(probes) == 1 and probes[0][0] in {"Index Scan", "Index Only Scan"}, probes
+    index, rows, skipped = probes[0][1:]
+    assert index in {"notifications_recipient_idx", "notifications_pkey"} and rows == 1 and skipped < 10, probes
+    if recipient == 2:
+        assert index == "notifications_recipient_idx", probes

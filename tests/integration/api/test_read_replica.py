@@ -144,6 +144,24 @@ def test_a_malformed_token_is_a_400_problem_naming_the_header(client: httpx.Clie
     assert HEADER in reply.json()["detail"]
 
 
+@pytest.mark.parametrize("forged", ["FFFFFFFF/FFFFFFFF", "7FFF/0"])
+def test_a_token_beyond_the_primary_waits_for_nothing_and_holds_no_waiter_slot(
+        client: httpx.Client, signup: SignUp, forged: str) -> None:
+    """A position the primary never wrote is lowered to the primary's current one (issue 24): the reads are the
+    replica's at once, where before each waited the whole bound in a waiter slot and then went to the primary."""
+    alice = signup("alice")
+    post_id, _ = _post(client, alice, "hello")
+    before = _reads(client)
+    with ThreadPoolExecutor(12) as pool:
+        codes = list(pool.map(lambda _: client.get(f"/v1/posts/{post_id}", headers={
+            **alice.auth, HEADER: forged}).status_code, range(24)))
+    assert codes == [200] * 24
+    after = _reads(client)
+    new = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    assert new.get(("primary", "lagging"), 0) == 0 and new.get(("primary", "busy"), 0) == 0, new
+    assert new.get(("replica", "replayed"), 0) + new.get(("replica", "waited"), 0) == 24, new
+
+
 def test_reads_are_served_by_the_primary_while_the_replica_is_down(fresh_pg_cluster: PgCluster) -> None:
     db = _database(fresh_pg_cluster)
     with _api(db) as base, httpx.Client(base_url=base, timeout=30) as client:

@@ -8,15 +8,18 @@ import email.policy
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from aiosmtpd.controller import Controller
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.core import mailtokens
 from services.core.topology import Topology
 from services.delivery import route
 from testkit.processes import free_port
@@ -58,8 +61,16 @@ def mailbox() -> Iterator[tuple[Mailbox, int]]:
         controller.stop()
 
 
+API_URL = "https://walfeed.test/api"
+
+
 def _env(port: int) -> dict[str, str]:
-    return {"WALFEED_SMTP_URL": f"smtp://127.0.0.1:{port}", "WALFEED_SMTP_FROM": "walfeed <notify@walfeed.test>"}
+    return {"WALFEED_SMTP_URL": f"smtp://127.0.0.1:{port}", "WALFEED_SMTP_FROM": "walfeed <notify@walfeed.test>",
+            "WALFEED_API_PUBLIC_URL": API_URL}
+
+
+def _key(db: Any) -> bytes:
+    return bytes(db.execute("SELECT value FROM server_secrets WHERE name = 'email_tokens'").fetchone()[0])
 
 
 def _settled(db: Any, delivery_id: int, status: str) -> dict[str, Any]:
@@ -67,7 +78,7 @@ def _settled(db: Any, delivery_id: int, status: str) -> dict[str, Any]:
                       what=f"delivery {delivery_id} {status}")
 
 
-def test_a_follow_is_mailed_as_plain_text_with_list_unsubscribe(
+def test_a_follow_is_mailed_as_plain_text_with_a_one_click_unsubscribe(
         db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline) -> None:
     box, port = mailbox
     bob = world.user(db, "bob", email="bob@example.test", email_kinds=("follow",))
@@ -78,8 +89,38 @@ def test_a_follow_is_mailed_as_plain_text_with_list_unsubscribe(
     ((recipients, message),) = box.received
     assert recipients == ["bob@example.test"] and message["To"] == "bob@example.test"
     assert message["From"] == "walfeed <notify@walfeed.test>" and message["Subject"] == "@alice followed you"
-    assert message["List-Unsubscribe"] == "<mailto:notify@walfeed.test?subject=unsubscribe>"
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"  # RFC 8058
+    url = message["List-Unsubscribe"]
+    assert url.startswith(f"<{API_URL}/v1/unsubscribe?token=") and url.endswith(">"), url
+    token = mailtokens.parse_unsubscribe(unquote(url[1:-1].split("token=", 1)[1]))
+    assert token is not None and (token.user, token.kind) == (bob, "follow")
+    assert mailtokens.unsubscribes(_key(db), token, "bob@example.test")
+    assert not mailtokens.unsubscribes(_key(db), token, "someone-else@example.test")
     assert message.get_content_type() == "text/plain" and "@alice now follows you" in message.get_content()
+
+
+def test_no_notification_mail_goes_to_an_unverified_address_but_its_verification_code_does(
+        db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline) -> None:
+    """An address set by anyone is not mailed a notification until its mailbox sent back the code (issue 24)."""
+    box, port = mailbox
+    bob = world.user(db, "bob", email="victim@example.test", email_kinds=("follow",), verified=False)
+    start_pipeline("email", **_env(port))
+    refused = world.notify(db, bob, world.user(db, "alice"), email=True)
+    assert "not verified" in _settled(db, refused, "DEAD")["last_error"]
+    row = db.execute("INSERT INTO deliveries (channel, recipient_id) VALUES ('email', %s) RETURNING id",
+                     (bob,)).fetchone()
+    db.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+               "(gen_random_uuid(), 'delivery', %s, 'delivery.email', jsonb_build_object('delivery_id', %s::bigint))",
+               (str(row[0]), row[0]))
+    db.commit()
+    _settled(db, row[0], "DELIVERED")
+    ((recipients, message),) = box.received  # the code only, never the notification
+    assert recipients == ["victim@example.test"] and "List-Unsubscribe" not in message
+    assert message["Subject"] == "Confirm your address for walfeed notifications" and "@bob" in message.get_content()
+    (code,) = [line.strip() for line in message.get_content().splitlines()
+               if mailtokens.parse_verification(line.strip())]
+    parsed = mailtokens.parse_verification(code)
+    assert parsed is not None and mailtokens.verifies(_key(db), parsed, bob, "victim@example.test", time.time())
 
 
 def test_smtp_4xx_is_retried_and_5xx_is_dead(

@@ -16,10 +16,12 @@ from services.core import events as ev
 Conn = psycopg.Connection[Any]
 
 
-def user(conn: Conn, handle: str, email: str | None = None, email_kinds: tuple[str, ...] = ()) -> int:
-    row = conn.execute("INSERT INTO users (handle, token_hash, email, email_kinds) "
-                       "VALUES (%s, sha256(%s::bytea), %s, %s) RETURNING id",
-                       (handle, handle.encode(), email, list(email_kinds))).fetchone()
+def user(conn: Conn, handle: str, email: str | None = None, email_kinds: tuple[str, ...] = (), *,
+         verified: bool = True) -> int:
+    """A user; an `email` is verified unless `verified` is False (db/init/017_email_verification.sql)."""
+    row = conn.execute("INSERT INTO users (handle, token_hash, email, email_kinds, email_verified_at) "
+                       "VALUES (%s, sha256(%s::bytea), %s, %s, CASE WHEN %s THEN now() END) RETURNING id",
+                       (handle, handle.encode(), email, list(email_kinds), verified and email is not None)).fetchone()
     conn.commit()
     assert row is not None
     return int(row[0])

@@ -73,7 +73,10 @@ def test_duplicated_and_reordered_events_notify_each_mention_once_with_its_deliv
     h = _handles(db, users)
     bob_hook = _webhook(db, bob, ["mention"])
     _webhook(db, carol, ["follow"])  # carol's webhook takes follows only: her mention is in-app only
-    db.execute("UPDATE users SET email = 'bob@example.com', email_kinds = '{mention}' WHERE id = %s", (bob,))
+    db.execute("UPDATE users SET email = 'bob@example.com', email_kinds = '{mention}', email_verified_at = now() "
+               "WHERE id = %s", (bob,))
+    # carol's address is not verified: her mention gets no mail delivery (issue 24)
+    db.execute("UPDATE users SET email = 'carol@example.com', email_kinds = '{mention}' WHERE id = %s", (carol,))
     db.commit()
 
     p1 = _post(db, alice, f"hi @{h[bob]} and @{h[carol].upper()}, @{h[bob]} again; @nobody_here, mail@{h[dave]}")

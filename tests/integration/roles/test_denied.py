@@ -32,6 +32,12 @@ DENIED: dict[str, list[LiteralString]] = {
         "UPDATE notifications SET withdrawn_at = now()",
         "DELETE FROM notifications",
         "UPDATE deliveries SET last_status_code = 200",
+        # webhook signing secrets: written by the api, read only by the delivery role (docs/adr/0105)
+        "SELECT secret FROM webhooks",
+        "SELECT previous_secret FROM webhooks",
+        "SELECT * FROM webhooks",
+        "UPDATE webhooks SET previous_secret = secret",
+        "UPDATE webhooks SET url = 'https://attacker.example'",
     ],
     "relay": [
         "SELECT * FROM users",
@@ -59,6 +65,7 @@ DENIED: dict[str, list[LiteralString]] = {
         "UPDATE deliveries SET attempts = 0",
         "UPDATE webhooks SET disabled_at = now()",
         "DELETE FROM outbox",
+        "SELECT * FROM walfeed_rotate_webhook_secret(1, 1, 'whsec_forged', 0)",
     ],
     "delivery": [
         "UPDATE webhooks SET secret = 'whsec_forged'",
@@ -70,6 +77,7 @@ DENIED: dict[str, list[LiteralString]] = {
         "SELECT * FROM timelines",
         "DELETE FROM deliveries",
         "SELECT token_hash FROM users",
+        "SELECT * FROM walfeed_rotate_webhook_secret(1, 1, 'whsec_forged', 0)",
     ],
 }
 

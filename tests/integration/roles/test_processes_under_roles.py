@@ -145,3 +145,41 @@ def test_the_delivery_worker_delivers_a_webhook_under_its_role(
         assert receiver.to("/role")[0].verified_by == (0,)
     roles = role_settings.roles
     assert roles.login("delivery") in sessions(database_url)
+
+
+def test_webhooks_are_created_rotated_and_pinged_by_the_api_and_signed_by_the_delivery_role(
+        processes: Processes, role_env: RoleEnv) -> None:
+    """The api role never reads a signing secret (docs/adr/0105): it generates one and shows it once, rotates
+    through the owner's function, pings; the delivery role reads both secrets and signs with each."""
+    from tests.integration.delivery import receiver as receiver_mod
+    from tests.integration.delivery.conftest import DELIVER_ENV
+
+    port = free_port()
+    processes.start("relay", "relay", env={**role_env("relay"), **QUIET})
+    processes.start("deliver", "deliver", "--channel", "webhook", env={**role_env("delivery"), **DELIVER_ENV})
+    processes.start("api", "api", "--port", str(port),
+                    env={**role_env("api"), "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+                         "WALFEED_WEBHOOK_ALLOW_HTTP": "true"})
+    base = f"http://127.0.0.1:{port}"
+    eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=60, what="api ready")
+    with receiver_mod.running([]) as receiver, httpx.Client(base_url=base, timeout=10) as api:
+        bob = api.post("/v1/users", json={"handle": "bob"}).json()
+        auth = {"Authorization": f"Bearer {bob['token']}"}
+        created = api.post("/v1/webhooks", json={"url": receiver.url("/hook"), "events": ["mention"]}, headers=auth)
+        assert created.status_code == 201, created.text
+        receiver.secrets.append(created.json()["secret"])
+        hook = created.json()["id"]
+        assert api.post(f"/v1/webhooks/{hook}/ping", headers=auth).status_code == 202
+        first = eventually(lambda: receiver.to("/hook"), timeout=60, what="the ping delivered")
+        assert first[0].verified_by == (0,), processes.logs()
+        rotated = api.post(f"/v1/webhooks/{hook}/rotate-secret", headers=auth)
+        assert rotated.status_code == 200 and rotated.json()["previous_secret_expires_at"], rotated.text
+        receiver.secrets.append(rotated.json()["secret"])
+        assert api.post(f"/v1/webhooks/{hook}/ping", headers=auth).status_code == 202
+        second = eventually(lambda: receiver.to("/hook")[1:], timeout=60, what="the second ping delivered")
+        assert second[0].verified_by == (0, 1)  # signed by the previous secret and the new one
+        assert api.get(f"/v1/webhooks/{hook}", headers=auth).json()["id"] == hook
+        assert api.delete(f"/v1/webhooks/{hook}", headers=auth).status_code == 204
+    with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT secret FROM webhooks")
