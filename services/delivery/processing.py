@@ -187,8 +187,9 @@ class Processor:
         return Tried(attempt, result, self._clock(), time.monotonic() - started)
 
     def conclude(self, tried: Sequence[Tried]) -> list[Outcome]:
-        """The outcomes of the tries, recorded on their rows in one statement, in order."""
-        decided = [self._decide(t) for t in tried]
+        """The outcomes of the tries, recorded on their rows in one statement, in order. Whatever one of them
+        raises (deciding or recording), the others' outcomes are recorded: none is sent again for another's fault."""
+        decided = [self._decided(t) for t in tried]
         try:
             self._store.record_many([record for record, _ in decided])
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:  # sent, not recorded: sent again later
@@ -299,13 +300,21 @@ class Processor:
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
         return Attempt(delivery, attempt, headers, now)
 
+    def _decided(self, tried: Tried) -> tuple[Record, Outcome]:
+        """`_decide`, or DEAD with the exception's type when deciding raised (a bug, or an answer we failed to
+        parse): that delivery is a dead letter with its reason, the batch's others are recorded as decided."""
+        try:
+            return self._decide(tried)
+        except Exception as exc:
+            log.exception("deciding a delivery's outcome failed, marking it DEAD",
+                          extra={"delivery_id": tried.attempt.delivery.id})
+            return _internal_error(tried, type(exc).__name__)
+
     def _decide(self, tried: Tried) -> tuple[Record, Outcome]:
         attempt, result, after = tried.attempt.attempt, tried.result, tried.after
         delivery_id = tried.attempt.delivery.id
         if result is None:
-            reason = f"internal error: {tried.raised}"
-            return Record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
-                DeadLetter(reason, attempt)
+            return _internal_error(tried, tried.raised)
         decision = policy.decide(result, attempt, self._limits.retry, after, tried.attempt.delivery.failing_since,
                                  self._rand)
         answer = result if isinstance(result, policy.Answer) else None
@@ -320,6 +329,13 @@ class Processor:
         return record, Hop(route.first_hop(delay_ms), route.copy_headers(tried.attempt.headers, **{
             route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(after) + delay_ms,
             route.REASON_HEADER: decision.reason or ""}))
+
+
+def _internal_error(tried: Tried, raised: str | None) -> tuple[Record, DeadLetter]:
+    """A try that ended in a bug of ours (the sender, or deciding its outcome): DEAD, naming the exception's type."""
+    reason, attempt = f"internal error: {raised}", tried.attempt.attempt
+    return Record(tried.attempt.delivery.id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
+        DeadLetter(reason, attempt)
 
 
 def _ms(moment: datetime) -> int:

@@ -96,6 +96,36 @@ def test_an_invalid_retry_after_is_ignored(value: str | None) -> None:
     assert policy.parse_retry_after(value, NOW) is None
 
 
+_HOSTILE_RETRY_AFTER = st.one_of(
+    st.text(max_size=80),
+    st.text(alphabet=st.characters(categories=["Nd", "No"]), min_size=1, max_size=500),  # "²", "٣", ...
+    st.integers(min_value=0, max_value=10**600).map(str),
+    st.tuples(st.sampled_from(["Mon", "Tue", "Xyz"]), st.integers(-10**25, 10**25), st.sampled_from(["Jan", "Dec"]),
+              st.integers(-10**25, 10**25), st.integers(-99, 10**6), st.sampled_from(["GMT", "+2359", "-2359", ""]))
+    .map(lambda p: f"{p[0]}, {p[1]} {p[2]} {p[3]} {p[4]}:00:00 {p[5]}"),
+)
+
+
+@given(_HOSTILE_RETRY_AFTER, st.floats(min_value=0.0, max_value=86_400.0))
+def test_any_retry_after_a_receiver_sends_parses_without_raising_within_the_ceiling(value: str, ceiling: float) -> None:
+    seconds = policy.parse_retry_after(value, NOW, ceiling)
+    assert seconds is None or 0.0 <= seconds <= ceiling
+
+
+@given(_HOSTILE_RETRY_AFTER, st.integers(min_value=1, max_value=11))
+def test_any_retry_after_gives_a_retry_no_later_than_the_longest_honoured(value: str, attempt: int) -> None:
+    decision = policy.decide(Answer(503, retry_after=value), attempt, PRODUCTION, NOW)
+    assert decision.status == RETRYING and decision.delay is not None
+    assert 0.0 < decision.delay <= max(PRODUCTION.cap, PRODUCTION.retry_after_max)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("\u00b2", None), ("\u0663", None), ("9" * 400, 86_400.0), ("0" * 300 + "7", 7.0),
+    ("Mon, 01 Jan 100000000000000000000 00:00:00 GMT", None), ("Fri, 31 Dec 9999 23:59:59 -2359", 86_400.0)])
+def test_retry_after_is_ascii_digits_or_a_date_and_clamped(value: str, seconds: float | None) -> None:
+    assert policy.parse_retry_after(value, NOW) == seconds
+
+
 def test_a_past_http_date_means_now() -> None:
     assert policy.parse_retry_after("Mon, 01 Jan 2001 00:00:00 GMT", NOW) == 0.0
 

@@ -244,3 +244,32 @@ def test_a_database_outage_while_recording_postpones_the_batch_without_spending_
     outcomes = _batch(_processor(store, FakeSender([policy.Answer(204), policy.Answer(500)])), 1, 2)
     assert all(isinstance(o, processing.Hop) and o.headers[route.REASON_HEADER] == "database unavailable"
                and route.ATTEMPT_HEADER not in o.headers for o in outcomes)
+
+
+@pytest.mark.parametrize("retry_after", ["\u00b2", "9" * 400, "Mon, 01 Jan 100000000000000000000 00:00:00 GMT"])
+def test_a_hostile_retry_after_in_a_batch_loses_no_other_outcome(retry_after: str) -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2), 3: _delivery(3)})
+    sender = FakeSender([policy.Answer(204), policy.Answer(503, retry_after=retry_after), policy.Answer(200)])
+    outcomes = _batch(_processor(store, sender), 1, 2, 3)
+    assert outcomes[0] == outcomes[2] == processing.ACK and isinstance(outcomes[1], processing.Hop)
+    assert [(r[0], r[1]) for r in store.records] == [(1, policy.DELIVERED), (2, policy.RETRYING),
+                                                     (3, policy.DELIVERED)]
+    delay = store.records[1][2]["delay"]
+    assert isinstance(delay, float) and 0 < delay <= RETRY.retry_after_max
+    assert outcomes[1].headers[route.ATTEMPT_HEADER] == 2  # an attempt spent: it runs out
+
+
+def test_a_delivery_whose_outcome_cannot_be_decided_is_dead_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    decide = policy.decide
+
+    def failing(result: policy.Result, *args: Any, **kwargs: Any) -> policy.Decision:
+        if isinstance(result, policy.Answer) and result.code == 503:
+            raise OverflowError("a bug")
+        return decide(result, *args, **kwargs)
+
+    monkeypatch.setattr(policy, "decide", failing)
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)})
+    outcomes = _batch(_processor(store, FakeSender([policy.Answer(503), policy.Answer(204)])), 1, 2)
+    assert outcomes == [processing.DeadLetter("internal error: OverflowError", 1), processing.ACK]
+    assert [(r[0], r[1], r[2]["error"]) for r in store.records] == [
+        (1, policy.DEAD, "internal error: OverflowError"), (2, policy.DELIVERED, None)]
