@@ -11,7 +11,7 @@
 | `WALFEED_DELIVERY_BURST` | `20` | tries a target may get at once above its rate |
 | `WALFEED_DELIVERY_DISABLE_AFTER` | `432000` | seconds (5 days) a webhook may fail, no success, before it is disabled |
 | `WALFEED_DELIVERY_CONNECT_TIMEOUT` | `5` | seconds to connect to a receiver |
-| `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole request and its answer |
+| `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole try: resolving, connecting, the request, its answer |
 | `WALFEED_DELIVERY_DEAD_MAX_LENGTH` | `100000` | dead letters kept per channel |
 | `WALFEED_DELIVERY_METRICS_PORT` | `9103` webhook, `9104` email | Prometheus endpoint; `0` turns it off |
 | `WALFEED_DELIVERY_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated) |

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.delivery import broker, policy, processing, ssrf
+from services.delivery import broker, policy, processing, ssrf, webhook
 from services.delivery.consumer import Session
 from services.delivery.payload import Delivery
 from services.delivery.store import Store
@@ -114,6 +114,76 @@ def test_a_refused_connection_is_a_retriable_network_error() -> None:
     finally:
         sender.close()
     assert isinstance(result, policy.NoAnswer)
+
+
+@pytest.fixture
+def silent() -> Iterator[tuple[list[ipaddress.IPv4Address], int]]:
+    """30 loopback addresses (127.0.0.2 ...) listening on one port, each with its accept queue full, so a
+    connection to any of them is never accepted (its SYN is dropped): a name whose 30 addresses do not answer."""
+    listeners: list[socket.socket] = []
+    fillers: list[socket.socket] = []
+    port = 0
+    try:
+        for k in range(2, 32):
+            server = socket.socket()
+            server.bind((f"127.0.0.{k}", port))
+            server.listen(0)
+            port = server.getsockname()[1]
+            listeners.append(server)
+            for _ in range(2):  # one takes the queue's only place, the next waits for it
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex((f"127.0.0.{k}", port))
+                fillers.append(filler)
+        yield [ipaddress.IPv4Address(f"127.0.0.{k}") for k in range(2, 32)], port
+    finally:
+        for sock in fillers + listeners:
+            sock.close()
+
+
+def _send_to_silent(silent: tuple[list[ipaddress.IPv4Address], int], connect_timeout: float,
+                    timeout: float) -> tuple[policy.Result, float]:
+    """One try to a name resolving to the silent addresses: its result and how long it took."""
+    addresses, port = silent
+    sender = WebhookSender(LOCAL, connect_timeout, timeout, 2, resolver=lambda host, port: addresses)
+    started = time.monotonic()
+    try:
+        result = sender.send(_delivery(f"http://many.invalid:{port}/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    return result, time.monotonic() - started
+
+
+def test_a_name_with_many_silent_addresses_ends_within_the_total_timeout(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    result, seconds = _send_to_silent(silent, connect_timeout=1.0, timeout=2.0)
+    assert isinstance(result, policy.NoAnswer) and result.error.startswith("timeout"), result
+    assert seconds < 2.0 + 0.5  # was 30 addresses x 1 s
+
+
+def test_a_name_with_many_silent_addresses_tries_only_the_first_few(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    result, seconds = _send_to_silent(silent, connect_timeout=0.2, timeout=60.0)
+    assert isinstance(result, policy.NoAnswer), result
+    assert seconds < webhook.MAX_ADDRESSES * 0.2 + 0.5  # not 30 x 0.2 s
+
+
+def test_a_resolver_that_hangs_ends_the_try_within_the_total_timeout() -> None:
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[ssrf.IPAddress]:
+        release.wait(30)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    sender = WebhookSender(LOCAL, 1.0, 1.0, 2, resolver=hanging)
+    started = time.monotonic()
+    try:
+        result = sender.send(_delivery("http://slow-dns.invalid/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        release.set()
+        sender.close()
+    assert result == policy.NoAnswer("timeout: resolving the host")
+    assert time.monotonic() - started < 1.0 + 0.5
 
 
 class _Raising:
