@@ -144,7 +144,19 @@ def decide(result: Result, attempt: int, settings: Settings, now: datetime,
     return Decision(RETRYING, reason, delay=delay)
 
 
-def excerpt(body: bytes, limit: int = 4096) -> str:
+# What a delivery row keeps of a receiver's words: its last error (and a webhook's disabled reason, which quotes it)
+# and the response excerpt, in UTF-8 bytes at most. A receiver chooses them (an exception's text may quote its
+# answer): without a bound, each failing try of each delivery could store whatever it sent.
+ERROR_BYTES: Final = 1024
+EXCERPT_BYTES: Final = 4096  # deliveries.response_excerpt's CHECK (db/init/008_notifications.sql)
+
+
+def bounded(text: str | None, limit: int = ERROR_BYTES) -> str | None:
+    """`text` as stored: at most `limit` bytes of UTF-8, NULs dropped (Postgres text has none)."""
+    return None if text is None else excerpt(text.encode("utf-8", errors="replace"), limit)
+
+
+def excerpt(body: bytes, limit: int = EXCERPT_BYTES) -> str:
     """Text to store of a response body: at most `limit` bytes of UTF-8, NULs dropped (Postgres text has none)."""
     text = body[:limit].decode("utf-8", errors="replace").replace("\x00", "")
     encoded = text.encode("utf-8")

@@ -20,7 +20,7 @@ import psycopg
 import psycopg_pool
 
 from services.core.events import MalformedEvent, decode
-from services.delivery import metrics, policy, route
+from services.delivery import budget, metrics, policy, route
 from services.delivery.payload import Delivery
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ _UNAVAILABLE_WAIT_MS: Final = 2048  # the database failed us: the message comes 
 # delivery not found is looked for again after the shortest hop (128 ms), this many times, before it is a dead
 # letter. At 100 posts/s on a busy 2-core machine about 4% of deliveries were read before they were visible.
 UNSEEN_TRIES: Final = 5
+_RANDOM: Final = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,8 @@ class Store(Protocol):
 
     def wait(self, target: str, rate: float, burst: int) -> float: ...
 
+    def take_hosts(self, asked: Mapping[str, int], window: float) -> dict[str, budget.Taken]: ...
+
 
 class Sender(Protocol):
     def send(self, delivery: Delivery, now: datetime) -> policy.Result: ...
@@ -119,6 +122,7 @@ class Limits:
     retry: policy.Settings
     rate: float
     burst: int
+    hosts: budget.HostBudget = budget.NO_BUDGET  # tries per destination host per window
 
 
 def _now() -> datetime:
@@ -174,7 +178,36 @@ class Processor:
                 for index, delivery_id in wanted.items():
                     admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
                         self._admit(d, h, t, loaded, waits)))
-        return [a if a is not None else REQUEUE for a in admitted]
+        return self._within_host_budgets([a if a is not None else REQUEUE for a in admitted], now)
+
+    def _within_host_budgets(self, admitted: list[Outcome | Attempt], now: datetime) -> list[Outcome | Attempt]:
+        """The tries over their host's budget (budget.py) wait for its next window, no attempt spent."""
+        limit, window = self._limits.hosts.limit, self._limits.hosts.window
+        tries = [(i, a) for i, a in enumerate(admitted) if isinstance(a, Attempt)]
+        hosts = [budget.host_of(a.delivery) for _, a in tries]
+        asked = budget.count(hosts)
+        if limit <= 0 or not asked:
+            return admitted
+        try:
+            taken = self._store.take_hosts(asked, window)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            for i, a in tries:
+                admitted[i] = self._unavailable(a.delivery.id, a.headers, now, exc)
+            return admitted
+        except Exception:  # a bug in the adapter: the tries go on unbudgeted rather than not at all
+            log.exception("taking the hosts' budgets failed, trying without them")
+            return admitted
+        for (i, a), host, delay in zip(tries, hosts, budget.delays(hosts, taken, limit, window,
+                                                                 self._rand or _RANDOM), strict=True):
+            if delay is None:
+                continue
+            wait_ms = max(1, round(delay * 1000))
+            log.info("host over its budget", extra={"delivery_id": a.delivery.id, "host": host, "wait_ms": wait_ms,
+                                                    "channel": a.delivery.channel})
+            metrics.HOST_DEFERRED.labels(a.delivery.channel).inc()
+            admitted[i] = Hop(route.first_hop(wait_ms), route.copy_headers(a.headers, **{
+                route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "host over its budget"}))
+        return admitted
 
     def send(self, attempt: Attempt) -> Tried:
         """The try itself (HTTP or SMTP), on the calling thread; an exception in the sender is a None result."""

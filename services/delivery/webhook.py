@@ -20,10 +20,9 @@ from typing import Final
 import httpcore
 
 from services.delivery import payload, signing, ssrf
-from services.delivery.policy import Answer, NoAnswer, Refused, Result, excerpt
+from services.delivery.policy import EXCERPT_BYTES, Answer, NoAnswer, Refused, Result, excerpt
 
 USER_AGENT: Final = "walfeed-webhooks/1"
-EXCERPT_BYTES: Final = 4096  # the response excerpt stored on the delivery
 _DRAIN_BYTES: Final = 65_536  # a longer answer is not read to its end: its connection is closed instead
 # Addresses of a name tried in turn, at most: every address is checked (any non-public one refuses the URL), but a
 # name answering 30 addresses that never accept would otherwise hold a thread for 30 connect timeouts. Four covers

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from services.core import acks
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
-from services.delivery import policy, route
+from services.delivery import budget, policy, route
+from services.delivery.payload import Delivery
 from services.delivery.policy import DEAD, DELIVERED, RETRYING, Answer, NoAnswer, Refused
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -190,3 +191,27 @@ def test_ack_frames_settle_only_finished_deliveries(tags: list[int], data: st.Da
         settled |= {t for t in order if t <= tag} if multiple else {tag}
     assert settled <= done
     assert len(done - settled) <= hold or settled == done
+
+
+@given(st.lists(st.sampled_from(["a.example", "b.example", None]), max_size=40),
+       st.dictionaries(st.sampled_from(["a.example", "b.example"]), st.integers(min_value=0, max_value=50)),
+       st.integers(min_value=1, max_value=20))
+def test_a_host_gets_at_most_what_its_window_had_left_and_the_others_wait_past_its_end(
+        hosts: list[str | None], before: dict[str, int], limit: int) -> None:
+    asked = budget.count(hosts)
+    taken = {h: budget.Taken(before.get(h, 0) + n, 10.0) for h, n in asked.items()}
+    delays = budget.delays(hosts, taken, limit, 60.0, random.Random(0))
+    for host, n in asked.items():
+        going = sum(1 for h, d in zip(hosts, delays, strict=True) if h == host and d is None)
+        assert going == max(0, min(n, limit - before.get(host, 0)))
+    assert all(10.0 <= d <= 10.0 + budget.SPREAD * 60.0 for d in delays if d is not None)
+    assert all(d is None for h, d in zip(hosts, delays, strict=True) if h is None)
+
+
+@pytest.mark.parametrize(("channel", "url", "email", "host"), [
+    ("webhook", "https://Hooks.Example.com.:8443/x", None, "hooks.example.com"),
+    ("webhook", "https://[::1]/x", None, "::1"), ("webhook", "http://[bad/", None, None),
+    ("email", None, "Bob@Mail.Example.org", "mail.example.org"), ("email", None, None, None)])
+def test_the_host_of_a_delivery(channel: str, url: str | None, email: str | None, host: str | None) -> None:
+    delivery = Delivery(id=1, channel=channel, status="PENDING", recipient_id=1, created_at=NOW, url=url, email=email)
+    assert budget.host_of(delivery) == host

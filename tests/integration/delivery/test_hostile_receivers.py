@@ -58,3 +58,19 @@ def test_a_hostile_retry_after_neither_repeats_the_batch_nor_escapes_the_attempt
             assert all(0.3 <= gap <= RETRY_AFTER_MAX + 3.0 for gap in gaps), (path, gaps)
             if path == "/huge":  # a valid delay-seconds past the longest honoured: waits the longest
                 assert all(gap >= RETRY_AFTER_MAX for gap in gaps), gaps
+
+
+def test_a_host_over_its_budget_gets_the_rest_in_later_windows_and_no_attempt_is_spent(
+        db: Db, receiver: Receiver, start_pipeline: StartPipeline) -> None:
+    window = 3.0
+    owner, actor = world.user(db, "owner"), world.user(db, "actor")
+    hooks = [world.webhook(db, owner, receiver.script(f"/h{i}", Reply(204)), receiver.secrets[0]) for i in range(5)]
+    ids = [world.notify(db, owner, actor, webhook_id=hook, commit=False) for hook in hooks]
+    db.commit()
+    start_pipeline(WALFEED_DELIVERY_HOST_LIMIT="2", WALFEED_DELIVERY_HOST_WINDOW=str(window))
+    eventually(lambda: all(_status(db, d) == "DELIVERED" for d in ids), timeout=60, what="all delivered")
+    assert [world.delivery(db, d)["attempts"] for d in ids] == [1] * 5
+    times = sorted(r.at for i in range(5) for r in receiver.to(f"/h{i}"))
+    assert len(times) == 5
+    # Two per window: the fifth is two windows after the window of the first.
+    assert times[-1] - times[0] > window, times
