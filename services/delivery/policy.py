@@ -4,7 +4,7 @@ and its webhook. Pure: no I/O, the clock and the random source are arguments."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Final
@@ -42,16 +42,20 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class NoAnswer:
-    """No answer: connection refused or reset, DNS failure, timeout. Always worth another try."""
+    """No answer: connection refused or reset, DNS failure, timeout. Always worth another try. `error` is stored
+    (the webhook's owner reads it); `detail`, which may tell a closed port from a silent one, is only logged."""
 
     error: str
+    detail: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """walfeed refused to send (an address not allowed, an invalid URL or secret): trying again cannot help."""
+    """walfeed refused to send (an address not allowed, an invalid URL or secret): trying again cannot help.
+    `reason` is stored; `detail` (the address refused) is only logged."""
 
     reason: str
+    detail: str | None = field(default=None, compare=False)
 
 
 Result = Answer | NoAnswer | Refused

@@ -241,6 +241,7 @@ class Processor:
             log.info("delivery attempted", extra={"delivery_id": delivery.id, "attempt": t.attempt.attempt,
                                                   "channel": delivery.channel, "status": record.status,
                                                   "code": record.code, "reason": record.error,
+                                                  "detail": getattr(t.result, "detail", None),
                                                   "disable": record.disable, "ms": round(t.seconds * 1000, 1)})
             metrics.attempted(delivery.channel, record.status, t.seconds, record.disable is not None)
         return [outcome for _, outcome in decided]

@@ -28,6 +28,9 @@ _DRAIN_BYTES: Final = 65_536  # a longer answer is not read to its end: its conn
 # name answering 30 addresses that never accept would otherwise hold a thread for 30 connect timeouts. Four covers
 # a dual-stack receiver with two addresses of each family; the try's deadline bounds them all anyway.
 MAX_ADDRESSES: Final = 4
+# What the webhook's owner reads of any try without an HTTP answer: refused, reset, timed out or not HTTP look the
+# same, so a receiver URL cannot be used to tell open, closed and filtered ports apart (the log says which).
+NO_ANSWER: Final = "no HTTP answer: the connection failed or timed out"
 
 
 def _left(local: threading.local, timeout: float | None, error: type[Exception]) -> float | None:
@@ -132,9 +135,9 @@ class WebhookSender:
             body = payload.webhook_body(delivery)
             headers = signing.headers(str(delivery.id), int(now.timestamp()), body, secrets)
         except (ssrf.UrlRefused, signing.InvalidSecret) as exc:
-            return Refused(str(exc))
+            return Refused(str(exc), getattr(exc, "detail", None))
         except _ResolveTimeout:
-            return NoAnswer("timeout: resolving the host")
+            return NoAnswer(NO_ANSWER, "timeout resolving the host")
         headers.update({"Host": target.host_header, "Content-Type": "application/json", "User-Agent": USER_AGENT})
         url = httpcore.URL(scheme=target.scheme, host=target.host, port=target.port, target=target.target)
         self._backend.pin(addresses[:MAX_ADDRESSES], deadline)
@@ -148,9 +151,9 @@ class WebhookSender:
                                     if k.lower() == b"retry-after"), None)
                 return Answer(response.status, retry_after, excerpt(head, EXCERPT_BYTES))
         except httpcore.TimeoutException as exc:
-            return NoAnswer(f"timeout: {type(exc).__name__}")
+            return NoAnswer(NO_ANSWER, f"timeout: {type(exc).__name__}")
         except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
-            return NoAnswer(f"{type(exc).__name__}: {exc}"[:500])
+            return NoAnswer(NO_ANSWER, f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._backend.pin((), None)
 

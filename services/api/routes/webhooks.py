@@ -5,6 +5,7 @@ Secrets are returned once and never logged."""
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -41,6 +42,8 @@ from services.api.routes import (
 from services.api.routes.posts import decode_cursor
 from services.delivery import signing, ssrf
 
+log = logging.getLogger(__name__)
+
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE}, tags=["webhooks"])
 
 DISABLED: dict[int | str, dict[str, Any]] = {
@@ -64,6 +67,7 @@ async def create_webhook(new: NewWebhook, token: Token, request: Request) -> Web
     try:  # getaddrinfo blocks: on the lookups' own threads, off the event loop and its default executor
         await lookups.WEBHOOK_LOOKUPS.run(functools.partial(ssrf.checked, new.url, policy))
     except ssrf.UrlRefused as exc:
+        log.info("webhook URL refused", extra={"user_id": me, "reason": str(exc), "detail": exc.detail})
         raise ApiError(422, f"webhook URL refused: {exc}", "webhook-url-refused") from None
     except lookups.LookupTimeout:
         raise ApiError(422, "webhook URL refused: its host did not resolve in time; check the name or try again",

@@ -54,7 +54,8 @@ def test_the_sender_connects_to_the_checked_address_and_never_resolves_again(rec
         (request,) = receiver.to("/pinned")
         assert request.headers["host"] == f"hooks.invalid:{receiver.port}" and request.verified_by == (0,)
         refused = sender.send(_delivery(url, receiver.secrets[0]), datetime.now(UTC))  # the name now answers 10.x
-        assert isinstance(refused, policy.Refused) and "10.1.2.3" in refused.reason
+        assert isinstance(refused, policy.Refused) and "10.1.2.3" in (refused.detail or "")
+        assert refused.reason == ssrf.NOT_PUBLIC  # what the webhook's owner reads names no address
         assert len(receiver.to("/pinned")) == 1
     finally:
         sender.close()
@@ -103,7 +104,7 @@ def test_a_receiver_dripping_its_answer_is_cut_off_at_the_total_timeout(dripping
         result = sender.send(_delivery(f"http://127.0.0.1:{dripping}/slow", "whsec_AAAA"), datetime.now(UTC))
     finally:
         sender.close()
-    assert isinstance(result, policy.NoAnswer) and result.error.startswith("timeout")
+    assert isinstance(result, policy.NoAnswer) and (result.detail or "").startswith("timeout")
     assert time.monotonic() - started < 1.0 + 0.5  # each byte came within the read timeout: only the total ends it
 
 
@@ -113,7 +114,7 @@ def test_a_refused_connection_is_a_retriable_network_error() -> None:
         result = sender.send(_delivery("http://127.0.0.1:9/", "whsec_AAAA"), datetime.now(UTC))
     finally:
         sender.close()
-    assert isinstance(result, policy.NoAnswer)
+    assert isinstance(result, policy.NoAnswer) and "refused" in (result.detail or "")
 
 
 @pytest.fixture
@@ -157,8 +158,21 @@ def _send_to_silent(silent: tuple[list[ipaddress.IPv4Address], int], connect_tim
 def test_a_name_with_many_silent_addresses_ends_within_the_total_timeout(
         silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
     result, seconds = _send_to_silent(silent, connect_timeout=1.0, timeout=2.0)
-    assert isinstance(result, policy.NoAnswer) and result.error.startswith("timeout"), result
+    assert isinstance(result, policy.NoAnswer) and (result.detail or "").startswith("timeout"), result
     assert seconds < 2.0 + 0.5  # was 30 addresses x 1 s
+
+
+def test_a_closed_port_and_a_silent_one_read_the_same_to_the_webhooks_owner(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    timed_out, _ = _send_to_silent(silent, connect_timeout=0.3, timeout=1.0)
+    sender = WebhookSender(LOCAL, 0.3, 1.0, 2)
+    try:
+        closed = sender.send(_delivery("http://127.0.0.1:9/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    assert isinstance(timed_out, policy.NoAnswer) and isinstance(closed, policy.NoAnswer)
+    assert timed_out.error == closed.error == webhook.NO_ANSWER  # stored as last_error: the same words
+    assert "refused" in (closed.detail or "") and "timeout" in (timed_out.detail or "")  # the log tells them apart
 
 
 def test_a_name_with_many_silent_addresses_tries_only_the_first_few(
@@ -182,7 +196,7 @@ def test_a_resolver_that_hangs_ends_the_try_within_the_total_timeout() -> None:
     finally:
         release.set()
         sender.close()
-    assert result == policy.NoAnswer("timeout: resolving the host")
+    assert result == policy.NoAnswer(webhook.NO_ANSWER) and result.detail == "timeout resolving the host"
     assert time.monotonic() - started < 1.0 + 0.5
 
 
