@@ -55,7 +55,7 @@ def test_a_hostile_retry_after_neither_repeats_the_batch_nor_escapes_the_attempt
             assert len(requests) == 4, (path, len(requests))
             gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
             # Backoff 0.4 s doubling to 1 s; Retry-After at most RETRY_AFTER_MAX; slack for a busy machine.
-            assert all(0.3 <= gap <= RETRY_AFTER_MAX + 3.0 for gap in gaps), (path, gaps)
+            assert all(0.3 <= gap <= RETRY_AFTER_MAX + 6.0 for gap in gaps), (path, gaps)
             if path == "/huge":  # a valid delay-seconds past the longest honoured: waits the longest
                 assert all(gap >= RETRY_AFTER_MAX for gap in gaps), gaps
 
