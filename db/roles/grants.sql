@@ -91,6 +91,7 @@ GRANT UPDATE (withdrawn_at) ON notifications TO {notifier};
 GRANT SELECT, INSERT (notification_id, channel, webhook_id, recipient_id) ON deliveries TO {notifier};
 GRANT UPDATE (status, updated_at) ON deliveries TO {notifier};
 GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {notifier};
+GRANT SELECT, INSERT, UPDATE ON notifier_actor_budgets TO {notifier};  -- NOTIFY's budget (015_delivery_budgets.sql)
 
 -- delivery (services/delivery/sql.py): a delivery with its target, notification, actor and post; its outcome; the
 -- webhook's run of failures and disabling; the per-target rate limits (011_delivery.sql). Webhook secrets are read
@@ -103,3 +104,7 @@ GRANT UPDATE (status, attempts, last_status_code, last_error, response_excerpt, 
     ON deliveries TO {delivery};
 GRANT UPDATE (failing_since, disabled_at, disabled_reason) ON webhooks TO {delivery};
 GRANT SELECT, INSERT, UPDATE ON delivery_rate_limits TO {delivery};
+GRANT SELECT, INSERT, UPDATE ON delivery_host_budgets TO {delivery};  -- HOST_BUDGET (015_delivery_budgets.sql)
+-- `walfeed prune-notifications` runs as the delivery role, through its function only (015_delivery_budgets.sql).
+REVOKE ALL ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigint) FROM PUBLIC, {delivery};
+GRANT EXECUTE ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigint) TO {delivery};

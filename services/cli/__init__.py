@@ -165,6 +165,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import prune
 
         return prune.run(settings, args)
+    if args.command == "prune-notifications":
+        from services.cli import prune
+
+        return prune.run_notifications(settings, args)
     if args.command == "rebuild":
         return _run_rebuild(args, settings)
     raise AssertionError(args.command)

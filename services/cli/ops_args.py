@@ -17,6 +17,10 @@ def add_parsers(sub: SubParsers) -> None:  # type: ignore[type-arg]
     prune.add_argument("--wait", type=float, default=15.0,
                        metavar="SECONDS", help="wait this long for the slot to confirm a position recorded now "
                        "(default 15)")
+    notifications = sub.add_parser("prune-notifications", help="delete delivered, dead and withdrawn deliveries and "
+                                   "read or withdrawn notifications older than --older-than, in small batches")
+    notifications.add_argument("--older-than", metavar="DURATION", help="e.g. 30d, 12h (default: "
+                               "WALFEED_NOTIFICATION_RETENTION, or 30d)")
 
 
 def _dead(sub: SubParsers) -> None:  # type: ignore[type-arg]

@@ -22,6 +22,7 @@ from services.core import retention_sql as q
 
 # Rows per delete transaction: short row locks and WAL bursts on a busy outbox, and a stop between two batches.
 BATCH: Final = 1000
+_PAST_EVERY_ID: Final = 2**63 - 1  # a notification id to scan after: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,34 @@ def _watermark(conn: Conn, slot: str, wait: float, should_stop: Callable[[], boo
             return waiting
         record = False  # the one this run waits for is recorded: a new one now would be waited for too
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedNotifications:
+    deliveries: int
+    notifications: int
+
+
+def prune_notifications(conn: Conn, older_than: timedelta, *, batch: int = BATCH,
+                        should_stop: Callable[[], bool] = lambda: False) -> PrunedNotifications:
+    """Delete settled deliveries, then read (or withdrawn) notifications left without deliveries, made or settled
+    more than `older_than` ago, a batch per transaction (ADR 0100). `conn` is in autocommit."""
+    deliveries = notifications = 0
+    after = _PAST_EVERY_ID  # first the deliveries alone: a notification goes only once its deliveries are gone
+    while not should_stop():
+        row = conn.execute(q.PRUNE_NOTIFICATIONS_BATCH, {"older_than": older_than, "batch": batch,
+                                                         "after": after}).fetchone()
+        assert row is not None
+        deliveries += row["deliveries_deleted"]
+        notifications += row["notifications_deleted"]
+        if after == _PAST_EVERY_ID:
+            if row["deliveries_deleted"] < batch:
+                after = 0  # now the notifications, in id order
+        elif row["next_id"] is None:
+            break
+        else:
+            after = row["next_id"]
+    return PrunedNotifications(deliveries, notifications)
 
 
 def sizes(conn: Conn) -> Sizes:

@@ -13,6 +13,12 @@ WATERMARK: Final = sql.SQL("SELECT walfeed_outbox_watermark(%(slot)s, %(record)s
 PRUNE_BATCH: Final = sql.SQL(
     "SELECT confirmed, published, processed FROM walfeed_prune_batch(%(slot)s, %(older_than)s, %(batch)s)")
 
+# One batch of notification and delivery retention (db/init/015_delivery_budgets.sql, ADR 0100): settled
+# deliveries, then read or withdrawn notifications without deliveries among the next `batch` after `after`.
+PRUNE_NOTIFICATIONS_BATCH: Final = sql.SQL(
+    "SELECT deliveries_deleted, notifications_deleted, next_id "
+    "FROM walfeed_prune_notifications_batch(%(older_than)s, %(batch)s, %(after)s)")
+
 # Sizes for `walfeed status` and the relay's metrics: the statistics' live row estimate (no count(*) over a large
 # table), the bytes on disk with indexes, and the oldest row not yet published by the poller (under CDC: the
 # oldest row), through outbox_unpublished_idx.

@@ -9,9 +9,11 @@
 | `WALFEED_DELIVERY_RETRY_AFTER_MAX` | `86400` | seconds: the longest `Retry-After` honoured |
 | `WALFEED_DELIVERY_RATE` | `10` | tries per second per target (webhook, or recipient's mailbox); `0`: no limit |
 | `WALFEED_DELIVERY_BURST` | `20` | tries a target may get at once above its rate |
+| `WALFEED_DELIVERY_HOST_LIMIT` | `3000` | tries per destination host per window, all processes together; `0`: none |
+| `WALFEED_DELIVERY_HOST_WINDOW` | `60` | seconds: the host budget's fixed window (of the database clock) |
 | `WALFEED_DELIVERY_DISABLE_AFTER` | `432000` | seconds (5 days) a webhook may fail, no success, before it is disabled |
 | `WALFEED_DELIVERY_CONNECT_TIMEOUT` | `5` | seconds to connect to a receiver |
-| `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole request and its answer |
+| `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole try: resolving, connecting, the request, its answer |
 | `WALFEED_DELIVERY_DEAD_MAX_LENGTH` | `100000` | dead letters kept per channel |
 | `WALFEED_DELIVERY_METRICS_PORT` | `9103` webhook, `9104` email | Prometheus endpoint; `0` turns it off |
 | `WALFEED_DELIVERY_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated) |
@@ -31,7 +33,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from services.core.settings import METRICS_HOST, Env, SettingsError
-from services.delivery import policy, ssrf
+from services.delivery import budget, policy, ssrf
 
 DEAD_MAX_LENGTH: Final = 100_000
 METRICS_PORTS: Final = {"webhook": 9103, "email": 9104}  # one of each channel on a host without a setting
@@ -63,6 +65,7 @@ class DeliverySettings:
     retry: policy.Settings
     rate: float
     burst: int
+    hosts: budget.HostBudget
     connect_timeout: float
     timeout: float
     dead_max_length: int
@@ -93,6 +96,8 @@ class DeliverySettings:
                 disable_after=env.float("WALFEED_DELIVERY_DISABLE_AFTER", 432_000.0, minimum=1.0)),
             rate=env.float("WALFEED_DELIVERY_RATE", 10.0, minimum=0.0, maximum=100_000.0),
             burst=env.int("WALFEED_DELIVERY_BURST", 20, minimum=1, maximum=100_000),
+            hosts=budget.HostBudget(env.int("WALFEED_DELIVERY_HOST_LIMIT", 3000, minimum=0, maximum=100_000_000),
+                                    env.float("WALFEED_DELIVERY_HOST_WINDOW", 60.0, minimum=1.0, maximum=86_400.0)),
             connect_timeout=connect,
             timeout=total,
             dead_max_length=env.int("WALFEED_DELIVERY_DEAD_MAX_LENGTH", DEAD_MAX_LENGTH, minimum=1,

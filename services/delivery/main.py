@@ -45,7 +45,8 @@ def run(settings: Settings, channel: str) -> int:
     pool.open()
     sender = _sender(delivery)
     checked: Sender = sender
-    processor = Processor(Store(pool), checked, Limits(channel, delivery.retry, delivery.rate, delivery.burst))
+    processor = Processor(Store(pool), checked, Limits(channel, delivery.retry, delivery.rate, delivery.burst,
+                                                                 delivery.hosts))
     log.info("delivery worker starting", extra={"channel": channel, "concurrency": delivery.concurrency,
                                                 "max_attempts": delivery.retry.max_attempts,
                                                 "prefix": settings.amqp_prefix})

@@ -14,6 +14,9 @@ ATTEMPT_SECONDS = Histogram("walfeed_delivery_attempt_seconds", "Time of one try
                             ["channel"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 THROTTLED = Counter("walfeed_delivery_throttled_total", "Tries held back by their target's rate limit",
                     ["channel"])
+HOST_DEFERRED = Counter("walfeed_delivery_host_deferred_total",
+                        "Tries held back by their destination host's budget (WALFEED_DELIVERY_HOST_LIMIT)",
+                        ["channel"])
 DISABLED = Counter("walfeed_delivery_webhooks_disabled_total", "Webhooks disabled (410 Gone, or failing too long)")
 DEAD = Counter("walfeed_delivery_dead_letters_total", "Messages sent to the channel's dead queue", ["channel"])
 

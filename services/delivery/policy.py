@@ -4,7 +4,7 @@ and its webhook. Pure: no I/O, the clock and the random source are arguments."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Final
@@ -21,6 +21,14 @@ SENDABLE: Final = frozenset({PENDING, RETRYING})  # anything else is settled: a 
 RETRIABLE_HTTP: Final = frozenset({408, 425, 429})
 _RANDOM: Final = random.Random()
 
+# Retry-After as a receiver sends it: RFC 9110's delay-seconds are ASCII digits only (str.isdigit also accepts "²",
+# which int() then refuses); more than this many digits is past any ceiling (10^15 s); an HTTP-date is 29
+# characters, so a longer value that is not digits is no date; a longer wait than a day is never honoured.
+_ASCII_DIGITS: Final = frozenset("0123456789")
+_DIGITS_MAX: Final = 15
+_DATE_MAX: Final = 64
+RETRY_AFTER_CEILING: Final = 86_400.0
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -34,16 +42,20 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class NoAnswer:
-    """No answer: connection refused or reset, DNS failure, timeout. Always worth another try."""
+    """No answer: connection refused or reset, DNS failure, timeout. Always worth another try. `error` is stored
+    (the webhook's owner reads it); `detail`, which may tell a closed port from a silent one, is only logged."""
 
     error: str
+    detail: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """walfeed refused to send (an address not allowed, an invalid URL or secret): trying again cannot help."""
+    """walfeed refused to send (an address not allowed, an invalid URL or secret): trying again cannot help.
+    `reason` is stored; `detail` (the address refused) is only logged."""
 
     reason: str
+    detail: str | None = field(default=None, compare=False)
 
 
 Result = Answer | NoAnswer | Refused
@@ -73,20 +85,25 @@ def backoff(attempt: int, base: float, cap: float, rand: random.Random | None = 
     return ceiling * (1 - 0.2 * (rand if rand is not None else _RANDOM).random())
 
 
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Retry-After (RFC 9110 10.2.3) in seconds from now: delay-seconds or an HTTP-date; None if absent or invalid."""
+def parse_retry_after(value: str | None, now: datetime, ceiling: float = RETRY_AFTER_CEILING) -> float | None:
+    """Retry-After (RFC 9110 10.2.3) in seconds from now, at most `ceiling`: delay-seconds or an HTTP-date; None if
+    absent or invalid. Total: whatever a receiver sends, this returns and never raises."""
     if value is None:
         return None
-    text = value.strip()
-    if text.isdigit():
-        return float(int(text))
+    text = value.strip(" \t")
+    if text and set(text) <= _ASCII_DIGITS:  # any length: a delay past the ceiling is the ceiling
+        digits = text.lstrip("0")
+        return ceiling if len(digits) > _DIGITS_MAX else min(float(int(digits or "0")), ceiling)
+    if not text or len(text) > _DATE_MAX or not text.isascii():
+        return None
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # an HTTP-date is always GMT
+            return None
+        seconds = (when - now).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year 10^20 overflows datetime
         return None
-    if when.tzinfo is None:  # an HTTP-date is always GMT
-        return None
-    return max(0.0, (when - now).total_seconds())
+    return min(max(0.0, seconds), ceiling)
 
 
 def failure_of(result: Result) -> tuple[bool, str] | None:
@@ -124,13 +141,26 @@ def decide(result: Result, attempt: int, settings: Settings, now: datetime,
     if attempt >= settings.max_attempts:
         return Decision(DEAD, f"attempts exhausted ({attempt}): {reason}")
     delay = backoff(attempt, settings.base, settings.cap, rand)
-    asked = parse_retry_after(result.retry_after, now) if isinstance(result, Answer) else None
+    asked = parse_retry_after(result.retry_after, now, settings.retry_after_max) \
+        if isinstance(result, Answer) else None
     if asked is not None and asked > delay:
-        delay = min(asked, settings.retry_after_max)
+        delay = asked
     return Decision(RETRYING, reason, delay=delay)
 
 
-def excerpt(body: bytes, limit: int = 4096) -> str:
+# What a delivery row keeps of a receiver's words: its last error (and a webhook's disabled reason, which quotes it)
+# and the response excerpt, in UTF-8 bytes at most. A receiver chooses them (an exception's text may quote its
+# answer): without a bound, each failing try of each delivery could store whatever it sent.
+ERROR_BYTES: Final = 1024
+EXCERPT_BYTES: Final = 4096  # deliveries.response_excerpt's CHECK (db/init/008_notifications.sql)
+
+
+def bounded(text: str | None, limit: int = ERROR_BYTES) -> str | None:
+    """`text` as stored: at most `limit` bytes of UTF-8, NULs dropped (Postgres text has none)."""
+    return None if text is None else excerpt(text.encode("utf-8", errors="replace"), limit)
+
+
+def excerpt(body: bytes, limit: int = EXCERPT_BYTES) -> str:
     """Text to store of a response body: at most `limit` bytes of UTF-8, NULs dropped (Postgres text has none)."""
     text = body[:limit].decode("utf-8", errors="replace").replace("\x00", "")
     encoded = text.encode("utf-8")

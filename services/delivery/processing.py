@@ -20,7 +20,7 @@ import psycopg
 import psycopg_pool
 
 from services.core.events import MalformedEvent, decode
-from services.delivery import metrics, policy, route
+from services.delivery import budget, metrics, policy, route
 from services.delivery.payload import Delivery
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ _UNAVAILABLE_WAIT_MS: Final = 2048  # the database failed us: the message comes 
 # delivery not found is looked for again after the shortest hop (128 ms), this many times, before it is a dead
 # letter. At 100 posts/s on a busy 2-core machine about 4% of deliveries were read before they were visible.
 UNSEEN_TRIES: Final = 5
+_RANDOM: Final = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,8 @@ class Store(Protocol):
 
     def wait(self, target: str, rate: float, burst: int) -> float: ...
 
+    def take_hosts(self, asked: Mapping[str, int], window: float) -> dict[str, budget.Taken]: ...
+
 
 class Sender(Protocol):
     def send(self, delivery: Delivery, now: datetime) -> policy.Result: ...
@@ -119,6 +122,7 @@ class Limits:
     retry: policy.Settings
     rate: float
     burst: int
+    hosts: budget.HostBudget = budget.NO_BUDGET  # tries per destination host per window
 
 
 def _now() -> datetime:
@@ -174,7 +178,36 @@ class Processor:
                 for index, delivery_id in wanted.items():
                     admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
                         self._admit(d, h, t, loaded, waits)))
-        return [a if a is not None else REQUEUE for a in admitted]
+        return self._within_host_budgets([a if a is not None else REQUEUE for a in admitted], now)
+
+    def _within_host_budgets(self, admitted: list[Outcome | Attempt], now: datetime) -> list[Outcome | Attempt]:
+        """The tries over their host's budget (budget.py) wait for its next window, no attempt spent."""
+        limit, window = self._limits.hosts.limit, self._limits.hosts.window
+        tries = [(i, a) for i, a in enumerate(admitted) if isinstance(a, Attempt)]
+        hosts = [budget.host_of(a.delivery) for _, a in tries]
+        asked = budget.count(hosts)
+        if limit <= 0 or not asked:
+            return admitted
+        try:
+            taken = self._store.take_hosts(asked, window)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            for i, a in tries:
+                admitted[i] = self._unavailable(a.delivery.id, a.headers, now, exc)
+            return admitted
+        except Exception:  # a bug in the adapter: the tries go on unbudgeted rather than not at all
+            log.exception("taking the hosts' budgets failed, trying without them")
+            return admitted
+        for (i, a), host, delay in zip(tries, hosts, budget.delays(hosts, taken, limit, window,
+                                                                 self._rand or _RANDOM), strict=True):
+            if delay is None:
+                continue
+            wait_ms = max(1, round(delay * 1000))
+            log.info("host over its budget", extra={"delivery_id": a.delivery.id, "host": host, "wait_ms": wait_ms,
+                                                    "channel": a.delivery.channel})
+            metrics.HOST_DEFERRED.labels(a.delivery.channel).inc()
+            admitted[i] = Hop(route.first_hop(wait_ms), route.copy_headers(a.headers, **{
+                route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "host over its budget"}))
+        return admitted
 
     def send(self, attempt: Attempt) -> Tried:
         """The try itself (HTTP or SMTP), on the calling thread; an exception in the sender is a None result."""
@@ -187,8 +220,9 @@ class Processor:
         return Tried(attempt, result, self._clock(), time.monotonic() - started)
 
     def conclude(self, tried: Sequence[Tried]) -> list[Outcome]:
-        """The outcomes of the tries, recorded on their rows in one statement, in order."""
-        decided = [self._decide(t) for t in tried]
+        """The outcomes of the tries, recorded on their rows in one statement, in order. Whatever one of them
+        raises (deciding or recording), the others' outcomes are recorded: none is sent again for another's fault."""
+        decided = [self._decided(t) for t in tried]
         try:
             self._store.record_many([record for record, _ in decided])
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:  # sent, not recorded: sent again later
@@ -207,6 +241,7 @@ class Processor:
             log.info("delivery attempted", extra={"delivery_id": delivery.id, "attempt": t.attempt.attempt,
                                                   "channel": delivery.channel, "status": record.status,
                                                   "code": record.code, "reason": record.error,
+                                                  "detail": getattr(t.result, "detail", None),
                                                   "disable": record.disable, "ms": round(t.seconds * 1000, 1)})
             metrics.attempted(delivery.channel, record.status, t.seconds, record.disable is not None)
         return [outcome for _, outcome in decided]
@@ -299,13 +334,21 @@ class Processor:
                 route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
         return Attempt(delivery, attempt, headers, now)
 
+    def _decided(self, tried: Tried) -> tuple[Record, Outcome]:
+        """`_decide`, or DEAD with the exception's type when deciding raised (a bug, or an answer we failed to
+        parse): that delivery is a dead letter with its reason, the batch's others are recorded as decided."""
+        try:
+            return self._decide(tried)
+        except Exception as exc:
+            log.exception("deciding a delivery's outcome failed, marking it DEAD",
+                          extra={"delivery_id": tried.attempt.delivery.id})
+            return _internal_error(tried, type(exc).__name__)
+
     def _decide(self, tried: Tried) -> tuple[Record, Outcome]:
         attempt, result, after = tried.attempt.attempt, tried.result, tried.after
         delivery_id = tried.attempt.delivery.id
         if result is None:
-            reason = f"internal error: {tried.raised}"
-            return Record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
-                DeadLetter(reason, attempt)
+            return _internal_error(tried, tried.raised)
         decision = policy.decide(result, attempt, self._limits.retry, after, tried.attempt.delivery.failing_since,
                                  self._rand)
         answer = result if isinstance(result, policy.Answer) else None
@@ -320,6 +363,13 @@ class Processor:
         return record, Hop(route.first_hop(delay_ms), route.copy_headers(tried.attempt.headers, **{
             route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(after) + delay_ms,
             route.REASON_HEADER: decision.reason or ""}))
+
+
+def _internal_error(tried: Tried, raised: str | None) -> tuple[Record, DeadLetter]:
+    """A try that ended in a bug of ours (the sender, or deciding its outcome): DEAD, naming the exception's type."""
+    reason, attempt = f"internal error: {raised}", tried.attempt.attempt
+    return Record(tried.attempt.delivery.id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
+        DeadLetter(reason, attempt)
 
 
 def _ms(moment: datetime) -> int:

@@ -89,3 +89,20 @@ WAIT: Final = """
 SELECT greatest(0, extract(epoch FROM tat - clock_timestamp()) - %(tolerance)s)::float8 AS wait
 FROM delivery_rate_limits WHERE target = %(target)s
 """
+
+# A batch's tries per destination host (budget.py), counted in fixed windows of the database clock shared by every
+# delivery process, as the api's rate limits (services/api/sql.py RATE_LIMIT_HIT): one row per host, `hits` the
+# tries asked for in its window (over the budget too; capped so it cannot overflow). Hosts in one order, so two
+# workers' batches cannot deadlock on their rows. `left`: seconds until the window ends.
+HOST_BUDGET: Final = """
+WITH clock AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+asked AS (SELECT * FROM unnest(%(hosts)s::text[], %(counts)s::int[]) AS a(host, n))
+INSERT INTO delivery_host_budgets AS b (host, window_start, hits)
+SELECT a.host, (floor(c.now / %(window)s) * %(window)s)::bigint, a.n FROM asked a, clock c
+ORDER BY a.host
+ON CONFLICT (host) DO UPDATE SET
+    hits = CASE WHEN b.window_start = excluded.window_start THEN least(b.hits + excluded.hits, 1000000000)
+                ELSE excluded.hits END,
+    window_start = excluded.window_start
+RETURNING b.host, b.hits, greatest(0, b.window_start + %(window)s - (SELECT now FROM clock))::float8 AS left
+"""

@@ -25,8 +25,18 @@ _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the last 32 b
 _ULA: Final = ipaddress.IPv6Network("fc00::/7")
 
 
+# What a client is told when the URL's addresses are refused, whatever the reason: that a name does not exist, or
+# which private address it resolves to, would let anyone map the networks walfeed reaches (the logs say which).
+NOT_PUBLIC: Final = "its host must resolve, and to public addresses only"
+
+
 class UrlRefused(ValueError):
-    """A URL walfeed will not call; the message says why, in words an API client can act on."""
+    """A URL walfeed will not call; the message says why, in words an API client can act on. `detail`: what only
+    the logs say (the address and its category, the resolver's error)."""
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
+        super().__init__(reason)
+        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +176,11 @@ def check_addresses(target: Target, addresses: Sequence[IPAddress], policy: Poli
     """All resolved addresses must be allowed (an attacker's name may answer one public and one private address,
     and the connection may use either); returns them, deduplicated in order."""
     if not addresses:
-        raise UrlRefused(f"{target.host} has no address")
+        raise UrlRefused(NOT_PUBLIC, f"{target.host} has no address")
     for address in addresses:
         reason = refusal(address, policy)
         if reason is not None:
-            raise UrlRefused(f"{target.host} resolves to a non-public address ({reason})")
+            raise UrlRefused(NOT_PUBLIC, f"{target.host} resolves to a non-public address ({reason})")
     return tuple(dict.fromkeys(addresses))
 
 
@@ -182,7 +192,7 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UrlRefused(f"{host} does not resolve: {exc}") from None
+        raise UrlRefused(NOT_PUBLIC, f"{host} does not resolve: {exc}") from None
     # scope ids (fe80::1%eth0) are dropped by ip_address's parse only in their text form: strip them first
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 

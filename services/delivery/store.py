@@ -3,12 +3,14 @@ rates, record the tries' outcomes, each in one statement."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from psycopg_pool import ConnectionPool
 
 from services.delivery import sql
+from services.delivery.budget import Taken
 from services.delivery.payload import Delivery
+from services.delivery.policy import EXCERPT_BYTES, bounded
 from services.delivery.processing import Record
 
 
@@ -43,9 +45,10 @@ class Store:
             conn.execute(sql.RECORD, {
                 "ids": [r.delivery_id for r in records], "statuses": [r.status for r in records],
                 "attempts": [r.attempts for r in records], "codes": [r.code for r in records],
-                "errors": [r.error for r in records], "excerpts": [r.excerpt for r in records],
+                "errors": [bounded(r.error) for r in records],
+                "excerpts": [bounded(r.excerpt, EXCERPT_BYTES) for r in records],
                 "delays": [r.delay for r in records], "failed": [r.failed for r in records],
-                "disable": [r.disable for r in records]})
+                "disable": [bounded(r.disable) for r in records]})
 
     def withdraw(self, delivery_id: int) -> None:
         with self._pool.connection() as conn:
@@ -57,3 +60,11 @@ class Store:
         with self._pool.connection() as conn:
             row = conn.execute(sql.WAIT, {"target": target, "tolerance": (burst - 1) * interval}).fetchone()
         return float(row["wait"]) if row is not None else interval  # type: ignore[call-overload]
+
+    def take_hosts(self, asked: Mapping[str, int], window: float) -> dict[str, Taken]:
+        """Count `asked` tries per host in the hosts' current windows (sql.HOST_BUDGET); each host's count after."""
+        hosts = sorted(asked)
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.HOST_BUDGET, {"hosts": hosts, "counts": [asked[h] for h in hosts],
+                                                  "window": window}).fetchall()
+        return {r["host"]: Taken(int(r["hits"]), float(r["left"])) for r in rows}  # type: ignore[call-overload]

@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool
 from services.core import events as ev
 from services.notifier import mentions
 from services.notifier import sql as q
+from services.notifier.config import AuthorBudget
 from services.worker import decide, policy
 from services.worker import sql as worker_sql
 from services.worker.fanout import apply_batch, known_events
@@ -55,8 +56,9 @@ def post_lock_keys(events: Iterable[ev.Event]) -> list[int]:
 
 
 class Effects:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, author: AuthorBudget | None = None) -> None:
         self._pool = pool
+        self._author = author or AuthorBudget(0, 3600.0)
 
     def apply(self, events: Iterable[ev.Event]) -> dict[ev.Event, Applied]:
         """Apply a batch in one transaction. Per event: a label of what was done, or the failure of that event
@@ -81,7 +83,7 @@ class Effects:
                     real.append(event)
             created = [e for e in real if e.type == ev.POST_CREATED]
             wanted = [*self._follow_notifications(real), *self._mention_notifications(conn, created, done)]
-            notified = self._notify(conn, wanted)
+            notified = self._notify(conn, wanted, self._author)
             deleted = [e for e in real if e.type == ev.POST_DELETED]
             if deleted:
                 post_ids = sorted({e.payload["post_id"] for e in deleted})
@@ -123,14 +125,23 @@ class Effects:
                 for recipient in mentions.recipients(hs, users, event.payload["author_id"])]
 
     @staticmethod
-    def _notify(conn: Conn, wanted: list[Notification]) -> set[uuid.UUID]:
-        """Insert the notifications with their deliveries; the ids of the events that created any."""
+    def _notify(conn: Conn, wanted: list[Notification], author: AuthorBudget) -> set[uuid.UUID]:
+        """Insert the notifications with their deliveries, within each author's budget; the ids of the events that
+        created any."""
         if not wanted:
             return set()
         rows = conn.execute(q.NOTIFY, {
             "recipients": [n.recipient_id for n in wanted], "kinds": [n.kind for n in wanted],
             "actors": [n.actor_id for n in wanted], "posts": [n.post_id for n in wanted],
-            "events": [n.event.id for n in wanted]}).fetchall()
+            "events": [n.event.id for n in wanted],
+            "limit": author.deliveries or None, "window": author.window}).fetchall()
+        withheld: dict[int, int] = {}
+        for r in rows:
+            if r["targets"] > r["deliveries"]:
+                withheld[r["actor_id"]] = withheld.get(r["actor_id"], 0) + r["targets"] - r["deliveries"]
+        for actor, count in withheld.items():
+            log.warning("author over its delivery budget: notified in-app only",
+                        extra={"actor_id": actor, "withheld": count, "budget": author.deliveries})
         log.debug("notifications created", extra={"notifications": len(rows),
                                                   "deliveries": sum(r["deliveries"] for r in rows)})
         return {r["event_id"] for r in rows}

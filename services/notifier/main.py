@@ -53,14 +53,15 @@ class DeclaringSession:
 
 
 def run(settings: Settings) -> int:
-    notifier = config.from_env()
+    settings_of = config.from_env()
+    notifier = settings_of.consumer
     stopping = on_signals()
     serve_metrics(notifier.metrics_port, notifier.metrics_host)
     topology = Topology(settings.amqp_prefix)
     pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier",
                      options=PLAN_EACH_BATCH)  # as the worker's, for the same reason
     pool.open()
-    processor = Processor(Effects(pool).apply, None,
+    processor = Processor(Effects(pool, settings_of.author).apply, None,
                           RetryPolicy(notifier.max_attempts, notifier.retry_base, notifier.retry_cap))
     limits = Limits(notifier.batch_size, notifier.concurrency, notifier.prefetch,
                     park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length,

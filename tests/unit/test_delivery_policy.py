@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from services.core import acks
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
-from services.delivery import policy, route
+from services.delivery import budget, policy, route
+from services.delivery.payload import Delivery
 from services.delivery.policy import DEAD, DELIVERED, RETRYING, Answer, NoAnswer, Refused
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -96,6 +97,36 @@ def test_an_invalid_retry_after_is_ignored(value: str | None) -> None:
     assert policy.parse_retry_after(value, NOW) is None
 
 
+_HOSTILE_RETRY_AFTER = st.one_of(
+    st.text(max_size=80),
+    st.text(alphabet=st.characters(categories=["Nd", "No"]), min_size=1, max_size=500),  # "²", "٣", ...
+    st.integers(min_value=0, max_value=10**600).map(str),
+    st.tuples(st.sampled_from(["Mon", "Tue", "Xyz"]), st.integers(-10**25, 10**25), st.sampled_from(["Jan", "Dec"]),
+              st.integers(-10**25, 10**25), st.integers(-99, 10**6), st.sampled_from(["GMT", "+2359", "-2359", ""]))
+    .map(lambda p: f"{p[0]}, {p[1]} {p[2]} {p[3]} {p[4]}:00:00 {p[5]}"),
+)
+
+
+@given(_HOSTILE_RETRY_AFTER, st.floats(min_value=0.0, max_value=86_400.0))
+def test_any_retry_after_a_receiver_sends_parses_without_raising_within_the_ceiling(value: str, ceiling: float) -> None:
+    seconds = policy.parse_retry_after(value, NOW, ceiling)
+    assert seconds is None or 0.0 <= seconds <= ceiling
+
+
+@given(_HOSTILE_RETRY_AFTER, st.integers(min_value=1, max_value=11))
+def test_any_retry_after_gives_a_retry_no_later_than_the_longest_honoured(value: str, attempt: int) -> None:
+    decision = policy.decide(Answer(503, retry_after=value), attempt, PRODUCTION, NOW)
+    assert decision.status == RETRYING and decision.delay is not None
+    assert 0.0 < decision.delay <= max(PRODUCTION.cap, PRODUCTION.retry_after_max)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("\u00b2", None), ("\u0663", None), ("9" * 400, 86_400.0), ("0" * 300 + "7", 7.0),
+    ("Mon, 01 Jan 100000000000000000000 00:00:00 GMT", None), ("Fri, 31 Dec 9999 23:59:59 -2359", 86_400.0)])
+def test_retry_after_is_ascii_digits_or_a_date_and_clamped(value: str, seconds: float | None) -> None:
+    assert policy.parse_retry_after(value, NOW) == seconds
+
+
 def test_a_past_http_date_means_now() -> None:
     assert policy.parse_retry_after("Mon, 01 Jan 2001 00:00:00 GMT", NOW) == 0.0
 
@@ -160,3 +191,27 @@ def test_ack_frames_settle_only_finished_deliveries(tags: list[int], data: st.Da
         settled |= {t for t in order if t <= tag} if multiple else {tag}
     assert settled <= done
     assert len(done - settled) <= hold or settled == done
+
+
+@given(st.lists(st.sampled_from(["a.example", "b.example", None]), max_size=40),
+       st.dictionaries(st.sampled_from(["a.example", "b.example"]), st.integers(min_value=0, max_value=50)),
+       st.integers(min_value=1, max_value=20))
+def test_a_host_gets_at_most_what_its_window_had_left_and_the_others_wait_past_its_end(
+        hosts: list[str | None], before: dict[str, int], limit: int) -> None:
+    asked = budget.count(hosts)
+    taken = {h: budget.Taken(before.get(h, 0) + n, 10.0) for h, n in asked.items()}
+    delays = budget.delays(hosts, taken, limit, 60.0, random.Random(0))
+    for host, n in asked.items():
+        going = sum(1 for h, d in zip(hosts, delays, strict=True) if h == host and d is None)
+        assert going == max(0, min(n, limit - before.get(host, 0)))
+    assert all(10.0 <= d <= 10.0 + budget.SPREAD * 60.0 for d in delays if d is not None)
+    assert all(d is None for h, d in zip(hosts, delays, strict=True) if h is None)
+
+
+@pytest.mark.parametrize(("channel", "url", "email", "host"), [
+    ("webhook", "https://Hooks.Example.com.:8443/x", None, "hooks.example.com"),
+    ("webhook", "https://[::1]/x", None, "::1"), ("webhook", "http://[bad/", None, None),
+    ("email", None, "Bob@Mail.Example.org", "mail.example.org"), ("email", None, None, None)])
+def test_the_host_of_a_delivery(channel: str, url: str | None, email: str | None, host: str | None) -> None:
+    delivery = Delivery(id=1, channel=channel, status="PENDING", recipient_id=1, created_at=NOW, url=url, email=email)
+    assert budget.host_of(delivery) == host

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +14,7 @@ import pytest
 
 from services.core import events as ev
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
-from services.delivery import policy, processing, route
+from services.delivery import budget, policy, processing, route
 from services.delivery.payload import Delivery
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -34,6 +34,7 @@ class FakeStore:
     fail_record: Exception | None = None
     loads: list[list[int]] = field(default_factory=list)  # the ids of each load_many call
     record_calls: int = 0
+    host_hits: dict[str, int] = field(default_factory=dict)  # tries asked per host in the (one) window
 
     def load_many(self, delivery_ids: Sequence[int], rate: float, burst: int) -> dict[int, tuple[Delivery, bool]]:
         self.loads.append(list(delivery_ids))
@@ -55,6 +56,11 @@ class FakeStore:
 
     def wait(self, target: str, rate: float, burst: int) -> float:
         return self.over_limit_for
+
+    def take_hosts(self, asked: Mapping[str, int], window: float) -> dict[str, budget.Taken]:
+        for host, n in asked.items():
+            self.host_hits[host] = self.host_hits.get(host, 0) + n
+        return {host: budget.Taken(self.host_hits[host], window / 2) for host in asked}
 
 
 @dataclass
@@ -244,3 +250,54 @@ def test_a_database_outage_while_recording_postpones_the_batch_without_spending_
     outcomes = _batch(_processor(store, FakeSender([policy.Answer(204), policy.Answer(500)])), 1, 2)
     assert all(isinstance(o, processing.Hop) and o.headers[route.REASON_HEADER] == "database unavailable"
                and route.ATTEMPT_HEADER not in o.headers for o in outcomes)
+
+
+@pytest.mark.parametrize("retry_after", ["\u00b2", "9" * 400, "Mon, 01 Jan 100000000000000000000 00:00:00 GMT"])
+def test_a_hostile_retry_after_in_a_batch_loses_no_other_outcome(retry_after: str) -> None:
+    store = FakeStore({1: _delivery(1), 2: _delivery(2), 3: _delivery(3)})
+    sender = FakeSender([policy.Answer(204), policy.Answer(503, retry_after=retry_after), policy.Answer(200)])
+    outcomes = _batch(_processor(store, sender), 1, 2, 3)
+    assert outcomes[0] == outcomes[2] == processing.ACK and isinstance(outcomes[1], processing.Hop)
+    assert [(r[0], r[1]) for r in store.records] == [(1, policy.DELIVERED), (2, policy.RETRYING),
+                                                     (3, policy.DELIVERED)]
+    delay = store.records[1][2]["delay"]
+    assert isinstance(delay, float) and 0 < delay <= RETRY.retry_after_max
+    assert outcomes[1].headers[route.ATTEMPT_HEADER] == 2  # an attempt spent: it runs out
+
+
+def test_a_delivery_whose_outcome_cannot_be_decided_is_dead_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    decide = policy.decide
+
+    def failing(result: policy.Result, *args: Any, **kwargs: Any) -> policy.Decision:
+        if isinstance(result, policy.Answer) and result.code == 503:
+            raise OverflowError("a bug")
+        return decide(result, *args, **kwargs)
+
+    monkeypatch.setattr(policy, "decide", failing)
+    store = FakeStore({1: _delivery(1), 2: _delivery(2)})
+    outcomes = _batch(_processor(store, FakeSender([policy.Answer(503), policy.Answer(204)])), 1, 2)
+    assert outcomes == [processing.DeadLetter("internal error: OverflowError", 1), processing.ACK]
+    assert [(r[0], r[1], r[2]["error"]) for r in store.records] == [
+        (1, policy.DEAD, "internal error: OverflowError"), (2, policy.DELIVERED, None)]
+
+
+def test_tries_over_their_hosts_budget_wait_for_its_next_window_without_spending_an_attempt() -> None:
+    store = FakeStore({i: _delivery(i, url=f"https://Hooks.example.com/{i}") for i in (1, 2, 3)}
+                      | {4: _delivery(4, url="https://other.example.org/")}, host_hits={"hooks.example.com": 1})
+    limits = processing.Limits("webhook", RETRY, rate=10.0, burst=1, hosts=budget.HostBudget(2, 60.0))
+    processor = processing.Processor(store, FakeSender(), limits, clock=lambda: NOW, rand=random.Random(1))
+    admitted = processor.admit([(_body(i), {route.ATTEMPT_HEADER: 2}) for i in (1, 2, 3, 4)])
+    assert [type(a).__name__ for a in admitted] == ["Attempt", "Hop", "Hop", "Attempt"]
+    for hop in admitted[1:3]:
+        assert isinstance(hop, processing.Hop) and hop.headers[route.REASON_HEADER] == "host over its budget"
+        assert hop.headers[route.ATTEMPT_HEADER] == 2  # no attempt spent
+        due = hop.headers[route.DUE_HEADER]
+        assert isinstance(due, int) and 30_000 <= due - NOW_MS <= 30_000 + budget.SPREAD * 60_000
+    assert store.host_hits == {"hooks.example.com": 4, "other.example.org": 1} and store.records == []
+
+
+def test_stored_errors_and_excerpts_are_bounded_and_without_nul() -> None:
+    assert policy.bounded(None) is None
+    long = policy.bounded("\x00é" * 5000)
+    assert long is not None and len(long.encode()) <= policy.ERROR_BYTES and "\x00" not in long
+    assert len((policy.bounded("x" * 9000, policy.EXCERPT_BYTES) or "").encode()) == policy.EXCERPT_BYTES

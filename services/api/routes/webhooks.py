@@ -4,13 +4,14 @@ Secrets are returned once and never logged."""
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from services.api import cursor as cursors
-from services.api import paging, store
+from services.api import lookups, paging, store
 from services.api.deps import Token, database, session, write_session
 from services.api.models import (
     DeliveryCreated,
@@ -41,6 +42,8 @@ from services.api.routes import (
 from services.api.routes.posts import decode_cursor
 from services.delivery import signing, ssrf
 
+log = logging.getLogger(__name__)
+
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE}, tags=["webhooks"])
 
 DISABLED: dict[int | str, dict[str, Any]] = {
@@ -61,10 +64,17 @@ async def create_webhook(new: NewWebhook, token: Token, request: Request) -> Web
     async with write_session(request, token) as (_, me):
         pass  # authenticated and within the write limit before any DNS lookup is made for the caller
     policy: ssrf.Policy = request.app.state.api_settings.webhook_policy
-    try:
-        await asyncio.to_thread(ssrf.checked, new.url, policy)  # getaddrinfo blocks: off the event loop
+    try:  # getaddrinfo blocks: on the lookups' own threads, off the event loop and its default executor
+        await lookups.WEBHOOK_LOOKUPS.run(functools.partial(ssrf.checked, new.url, policy))
     except ssrf.UrlRefused as exc:
+        log.info("webhook URL refused", extra={"user_id": me, "reason": str(exc), "detail": exc.detail})
         raise ApiError(422, f"webhook URL refused: {exc}", "webhook-url-refused") from None
+    except lookups.LookupTimeout:
+        raise ApiError(422, "webhook URL refused: its host did not resolve in time; check the name or try again",
+                       "webhook-url-refused") from None
+    except lookups.LookupsBusy:
+        raise ApiError(503, "too many webhook URLs are being checked at once: try again shortly",
+                       "lookups-busy", {"Retry-After": "1"}) from None
     secret = signing.generate_secret()
     async with database(request) as db:  # no connection held while resolving
         try:

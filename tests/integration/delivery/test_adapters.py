@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.delivery import broker, policy, processing, ssrf
+from services.delivery import broker, policy, processing, ssrf, webhook
 from services.delivery.consumer import Session
 from services.delivery.payload import Delivery
 from services.delivery.store import Store
@@ -54,7 +54,8 @@ def test_the_sender_connects_to_the_checked_address_and_never_resolves_again(rec
         (request,) = receiver.to("/pinned")
         assert request.headers["host"] == f"hooks.invalid:{receiver.port}" and request.verified_by == (0,)
         refused = sender.send(_delivery(url, receiver.secrets[0]), datetime.now(UTC))  # the name now answers 10.x
-        assert isinstance(refused, policy.Refused) and "10.1.2.3" in refused.reason
+        assert isinstance(refused, policy.Refused) and "10.1.2.3" in (refused.detail or "")
+        assert refused.reason == ssrf.NOT_PUBLIC  # what the webhook's owner reads names no address
         assert len(receiver.to("/pinned")) == 1
     finally:
         sender.close()
@@ -103,7 +104,7 @@ def test_a_receiver_dripping_its_answer_is_cut_off_at_the_total_timeout(dripping
         result = sender.send(_delivery(f"http://127.0.0.1:{dripping}/slow", "whsec_AAAA"), datetime.now(UTC))
     finally:
         sender.close()
-    assert isinstance(result, policy.NoAnswer) and result.error.startswith("timeout")
+    assert isinstance(result, policy.NoAnswer) and (result.detail or "").startswith("timeout")
     assert time.monotonic() - started < 1.0 + 0.5  # each byte came within the read timeout: only the total ends it
 
 
@@ -113,7 +114,90 @@ def test_a_refused_connection_is_a_retriable_network_error() -> None:
         result = sender.send(_delivery("http://127.0.0.1:9/", "whsec_AAAA"), datetime.now(UTC))
     finally:
         sender.close()
-    assert isinstance(result, policy.NoAnswer)
+    assert isinstance(result, policy.NoAnswer) and "refused" in (result.detail or "")
+
+
+@pytest.fixture
+def silent() -> Iterator[tuple[list[ipaddress.IPv4Address], int]]:
+    """30 loopback addresses (127.0.0.2 ...) listening on one port, each with its accept queue full, so a
+    connection to any of them is never accepted (its SYN is dropped): a name whose 30 addresses do not answer."""
+    listeners: list[socket.socket] = []
+    fillers: list[socket.socket] = []
+    port = 0
+    try:
+        for k in range(2, 32):
+            server = socket.socket()
+            server.bind((f"127.0.0.{k}", port))
+            server.listen(0)
+            port = server.getsockname()[1]
+            listeners.append(server)
+            for _ in range(2):  # one takes the queue's only place, the next waits for it
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex((f"127.0.0.{k}", port))
+                fillers.append(filler)
+        yield [ipaddress.IPv4Address(f"127.0.0.{k}") for k in range(2, 32)], port
+    finally:
+        for sock in fillers + listeners:
+            sock.close()
+
+
+def _send_to_silent(silent: tuple[list[ipaddress.IPv4Address], int], connect_timeout: float,
+                    timeout: float) -> tuple[policy.Result, float]:
+    """One try to a name resolving to the silent addresses: its result and how long it took."""
+    addresses, port = silent
+    sender = WebhookSender(LOCAL, connect_timeout, timeout, 2, resolver=lambda host, port: addresses)
+    started = time.monotonic()
+    try:
+        result = sender.send(_delivery(f"http://many.invalid:{port}/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    return result, time.monotonic() - started
+
+
+def test_a_name_with_many_silent_addresses_ends_within_the_total_timeout(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    result, seconds = _send_to_silent(silent, connect_timeout=1.0, timeout=2.0)
+    assert isinstance(result, policy.NoAnswer) and (result.detail or "").startswith("timeout"), result
+    assert seconds < 2.0 + 0.5  # was 30 addresses x 1 s
+
+
+def test_a_closed_port_and_a_silent_one_read_the_same_to_the_webhooks_owner(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    timed_out, _ = _send_to_silent(silent, connect_timeout=0.3, timeout=1.0)
+    sender = WebhookSender(LOCAL, 0.3, 1.0, 2)
+    try:
+        closed = sender.send(_delivery("http://127.0.0.1:9/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    assert isinstance(timed_out, policy.NoAnswer) and isinstance(closed, policy.NoAnswer)
+    assert timed_out.error == closed.error == webhook.NO_ANSWER  # stored as last_error: the same words
+    assert "refused" in (closed.detail or "") and "timeout" in (timed_out.detail or "")  # the log tells them apart
+
+
+def test_a_name_with_many_silent_addresses_tries_only_the_first_few(
+        silent: tuple[list[ipaddress.IPv4Address], int]) -> None:
+    result, seconds = _send_to_silent(silent, connect_timeout=0.2, timeout=60.0)
+    assert isinstance(result, policy.NoAnswer), result
+    assert seconds < webhook.MAX_ADDRESSES * 0.2 + 0.5  # not 30 x 0.2 s
+
+
+def test_a_resolver_that_hangs_ends_the_try_within_the_total_timeout() -> None:
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[ssrf.IPAddress]:
+        release.wait(30)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    sender = WebhookSender(LOCAL, 1.0, 1.0, 2, resolver=hanging)
+    started = time.monotonic()
+    try:
+        result = sender.send(_delivery("http://slow-dns.invalid/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        release.set()
+        sender.close()
+    assert result == policy.NoAnswer(webhook.NO_ANSWER) and result.detail == "timeout resolving the host"
+    assert time.monotonic() - started < 1.0 + 0.5
 
 
 class _Raising:

@@ -76,3 +76,32 @@ def test_a_batch_of_outcomes_is_recorded_on_each_row_and_its_webhook(db: Db, sto
     # A row settled meanwhile keeps its status.
     store.record_many([Record(ok, policy.DEAD, attempts=2, failed=True, error="late")])
     assert world.delivery(db, ok)["status"] == "DELIVERED"
+
+
+def test_hosts_budgets_are_shared_by_every_process_and_start_again_each_window(
+        db: Db, store: Store, database_url: str) -> None:
+    other_pool: ConnectionPool = make_pool(database_url, max_size=1, autocommit=True)  # another worker's
+    other_pool.open()
+    try:
+        other = Store(other_pool)
+        first = store.take_hosts({"hooks.example.com": 3, "b.example": 1}, window=3600.0)
+        second = other.take_hosts({"hooks.example.com": 2}, window=3600.0)
+        assert first["hooks.example.com"].hits == 3 and first["b.example"].hits == 1
+        assert second["hooks.example.com"].hits == 5  # counted together
+        assert 0 < second["hooks.example.com"].left <= 3600.0
+        db.execute("UPDATE delivery_host_budgets SET window_start = window_start - 3600")  # an hour later
+        db.commit()
+        assert other.take_hosts({"hooks.example.com": 1}, window=3600.0)["hooks.example.com"].hits == 1
+    finally:
+        other_pool.close()
+
+
+def test_what_a_receiver_makes_us_store_is_bounded(db: Db, store: Store) -> None:
+    hook = world.webhook(db, world.user(db, "owner"), URL, "whsec_AAAA")
+    (delivery_id,) = _deliveries(db, hook)
+    store.record_many([Record(delivery_id, policy.RETRYING, attempts=1, failed=True, code=503,
+                              error="E\x00" * 100_000, excerpt="é" * 10_000, delay=1.0, disable="D" * 100_000)])
+    row = world.delivery(db, delivery_id)
+    assert len(row["last_error"].encode()) <= policy.ERROR_BYTES and "\x00" not in row["last_error"]
+    assert len(row["response_excerpt"].encode()) <= policy.EXCERPT_BYTES
+    assert len(world.webhook_row(db, hook)["disabled_reason"].encode()) <= policy.ERROR_BYTES

@@ -12,7 +12,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from services.core.topology import Topology
-from services.delivery import route
+from services.delivery import route, ssrf
 from testkit.waiting import eventually
 from tests.integration.delivery import world
 from tests.integration.delivery.conftest import StartPipeline, dead_letters
@@ -111,12 +111,13 @@ def test_an_address_not_allowed_is_refused_at_delivery(
     # Registered when it was allowed (or its name resolved elsewhere): at delivery 127.0.0.2 is not in the list.
     owner = world.user(db, "owner")
     hook = world.webhook(db, owner, f"http://127.0.0.2:{receiver.port}/inside", receiver.secrets[0])
-    start_pipeline(WALFEED_WEBHOOK_ALLOWED_NETWORKS="127.0.0.1/32")
+    worker = start_pipeline(WALFEED_WEBHOOK_ALLOWED_NETWORKS="127.0.0.1/32")
     delivery_id = world.notify(db, owner, world.user(db, "actor"), webhook_id=hook)
     row = _settled(db, delivery_id, "DEAD")
-    assert "127.0.0.2" in row["last_error"] and row["last_status_code"] is None
+    assert row["last_error"] == ssrf.NOT_PUBLIC and row["last_status_code"] is None  # no address for the owner
     (props, _), = eventually(lambda: dead_letters(channel, topology), what="dead letter")
-    assert "non-public" in props.headers[route.REASON_HEADER]
+    assert props.headers[route.REASON_HEADER] == ssrf.NOT_PUBLIC
+    assert "127.0.0.2 is a loopback address" in worker.log()  # the detail is the operator's
     assert receiver.requests == []
 
 

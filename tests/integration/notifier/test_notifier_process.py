@@ -155,3 +155,37 @@ def test_a_notifier_killed_mid_stream_and_restarted_notifies_each_mention_once(
     events = db.execute("SELECT count(*) FROM outbox WHERE type = 'delivery.webhook'").fetchone()
     assert deliveries == (len(posts), len(posts)) and events == (len(posts),)
     db.rollback()
+
+
+def test_an_author_over_its_delivery_budget_notifies_in_app_only(
+        db: Conn, channel: Channel, topology: Topology, processes: Processes) -> None:
+    users = world.add_users(db, 6)
+    alice, eve, named = users[0], users[1], users[2:5]
+    h = _handles(db, users)
+    for user in named:  # three targets each: two webhooks and an email address
+        _webhook(db, user, ["mention"])
+        _webhook(db, user, ["mention"])
+    db.execute("UPDATE users SET email = 'x@example.com', email_kinds = '{mention}' WHERE id = ANY(%s)", (named,))
+    db.commit()
+    first = _post(db, alice, " ".join(f"@{h[u]}" for u in named))  # 9 targets, a budget of 5
+    world.publish(channel, topology, [first])
+    processes.start("notifier", "notifier", env={**NOTIFIER_ENV, "WALFEED_NOTIFIER_AUTHOR_DELIVERIES": "5"})
+    eventually(lambda: _processed(db) == 1, timeout=60, what="the first post processed")
+    second = _post(db, alice, f"@{h[named[0]]} again")  # alice's budget is spent in this window
+    other = _post(db, eve, f"@{h[named[0]]} from eve")  # eve has her own
+    world.publish(channel, topology, [second, other])
+    _settle(processes, db, channel, topology, 3)
+
+    rows = db.execute("SELECT n.post_id, count(d.id) FROM notifications n LEFT JOIN deliveries d "
+                      "ON d.notification_id = n.id GROUP BY n.id, n.post_id ORDER BY n.post_id, n.id").fetchall()
+    db.rollback()
+    by_post: dict[int, list[int]] = {}
+    for post_id, count in rows:
+        by_post.setdefault(post_id, []).append(int(count))
+    posts = [e.payload["post_id"] for e in (first, second, other)]
+    assert sorted(by_post) == sorted(posts)  # every notification is written
+    assert len(by_post[posts[0]]) == 3 and sum(by_post[posts[0]]) == 5  # its deliveries stop at the budget
+    assert by_post[posts[1]] == [0] and by_post[posts[2]] == [3]
+    outbox = db.execute("SELECT count(*) FROM outbox WHERE aggregatetype = 'delivery'").fetchone()
+    db.rollback()
+    assert outbox is not None and outbox[0] == 8  # one event per delivery made, none for those withheld
