@@ -23,8 +23,8 @@ USERS_BY_HANDLE: Final = sql.SQL("SELECT id, handle FROM users WHERE handle = AN
 # New notifications, and in the same statement their deliveries and the deliveries' outbox events. A notification
 # exists once per (event, recipient): a duplicate inserts none, so it creates no delivery either. Targets: each
 # enabled webhook of the recipient subscribed to the kind, and the recipient's email address if set, verified and
-# the kind is one they chose (docs/notifications.md). Each author (the actor: a post's author, a follower) has a budget of
-# deliveries per fixed window of the database clock (ADR 0100; `limit` NULL: none), counted in
+# the kind is one they chose (docs/notifications.md). Each author (the actor: a post's author, a follower) has a
+# budget of deliveries per fixed window of the database clock (ADR 0100; `limit` NULL: none), counted in
 # notifier_actor_budgets in this transaction (a batch that fails takes nothing): the targets past what is left of
 # it get no delivery, their notification is in-app only. Authors in one order, so two batches cannot deadlock on
 # their budget rows. Returns the notifications created with their delivery and target counts.
