@@ -75,7 +75,10 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, DIMENSION), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(texts))
+        try:  # a lone surrogate cannot be encoded: it becomes "?" (Postgres could not have stored it anyway)
+            encodings = self._tokenizer.encode_batch([t.encode("utf-8", "replace").decode() for t in texts])
+        except (AttributeError, TypeError) as exc:
+            raise EmbedderUnavailable(f"texts must be strings: {exc}") from None
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         try:

@@ -32,6 +32,12 @@ def test_rows_are_float32_unit_vectors_in_input_order(embedder: LocalEmbedder) -
     assert embedder.model_id == MODEL_ID and embedder.embed([]).shape == (0, DIMENSION)
 
 
+def test_texts_the_tokenizer_cannot_take_are_embedded_or_unavailable(embedder: LocalEmbedder) -> None:
+    assert embedder.embed(["lone surrogate \ud800", "", "\x00"]).shape == (3, DIMENSION)
+    with pytest.raises(EmbedderUnavailable, match="texts must be strings"):
+        embedder.embed([None])  # type: ignore[list-item]
+
+
 def test_a_weights_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
     altered = tmp_path / "model.onnx"
     content = bytearray(installed_weights().read_bytes())
