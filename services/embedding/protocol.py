@@ -1,0 +1,35 @@
+"""What a service asks of an embedder, whichever model or server is behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+
+
+class EmbedderUnavailable(Exception):
+    """The embedder could not embed these texts now: server down, slow or wrong, model file missing or altered.
+    `reason` says which, for a log line or an operator."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Embedder(Protocol):
+    @property
+    def model_id(self) -> str:
+        """Which model makes the vectors: vectors of different model ids are not comparable."""
+        ...
+
+    def dimension(self) -> int:
+        """Length of every vector. A remote embedder learns it from its first answer (asking one if needed)."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """One row per text, in order: float32, each of unit length (cosine similarity is a dot product)."""
+        ...
