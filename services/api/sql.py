@@ -133,6 +133,12 @@ def _ordered(template: LiteralString) -> dict[str, sql.Composed]:
 # are at least `limit` heads, the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct
 # posts are nearer), so only the authors whose head is within that edge (at most `limit`) are read further, up to
 # `limit` posts each. Cost: one descent per author, then at most limit x limit index entries.
+# The far end of such a page, from the `heads` CTE before it:
+_EDGE: Final = """), bound AS (
+    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
+    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
+"""
+
 # At or above the reader's floor, ONE statement: the reader's materialized rows (one range scan of the reader's
 # partition of timelines, each row checked against posts and follows: stale rows of unfollowed authors or deleted
 # posts the worker has not removed yet are skipped), merged with the posts of the reader's pulled followees
@@ -158,10 +164,7 @@ WITH me AS MATERIALIZED (
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
         ORDER BY p.id {order} LIMIT 1) h
     WHERE f.follower_id = %(user)s AND f.pulled
-), bound AS (
-    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
-    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
-), pulled AS (
+""" + _EDGE + """), pulled AS (
     SELECT x.id FROM bound b, heads h CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
         WHERE p.author_id = h.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
@@ -191,10 +194,7 @@ WITH authors AS (
         SELECT p.id FROM posts p
         WHERE p.author_id = a.author_id AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id > %(after)s
         ORDER BY p.id {order} LIMIT 1) h
-), bound AS (
-    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
-    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
-), page AS (
+""" + _EDGE + """), page AS (
     SELECT x.id FROM bound b, heads h CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
         WHERE p.author_id = h.author_id AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id > %(after)s
