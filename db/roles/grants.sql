@@ -17,7 +17,7 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worke
 -- api (services/api/sql.py): sign-up, follow counts, posts and their soft delete, outbox inserts, timeline reads.
 -- Identity columns draw from their sequence without a sequence privilege.
 GRANT SELECT ON users, follows, posts, timelines TO {api};
-GRANT INSERT (handle, token_hash) ON users TO {api};
+GRANT INSERT (handle, token_hash, password_hash) ON users TO {api};
 GRANT UPDATE (follower_count, following_count) ON users TO {api};  -- also what LOCK_PAIR's FOR NO KEY UPDATE needs
 GRANT INSERT (follower_id, followee_id), DELETE ON follows TO {api};
 GRANT UPDATE (pulled) ON follows TO {api};  -- ADJUST_COUNTS marks a new follow of a pulled author (db/init/015)
@@ -46,6 +46,13 @@ GRANT EXECUTE ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, in
 GRANT SELECT ON deliveries TO {api};
 GRANT INSERT (channel, webhook_id, recipient_id) ON deliveries TO {api};
 GRANT UPDATE (status, attempts, next_attempt_at, updated_at) ON deliveries TO {api};
+-- the Mastodon layer (021_mastodon.sql, services/api/mastodon/sql.py): passwords, OAuth apps, codes (used once:
+-- deleted by their exchange) and access tokens (revoked, never deleted)
+GRANT UPDATE (password_hash) ON users TO {api};
+GRANT SELECT, INSERT ON oauth_apps TO {api};
+GRANT SELECT, INSERT, DELETE ON oauth_codes TO {api};
+GRANT SELECT, INSERT ON oauth_tokens TO {api};
+GRANT UPDATE (revoked_at) ON oauth_tokens TO {api};
 
 -- relay: the cdc source reads the slot through its REPLICATION attribute (no table privilege: logical decoding
 -- reads the WAL); the poll source (services/cdc_relay/poll_sql.py) claims and marks outbox rows.

@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry, multiprocess
 
-from services.api import db, problems, revocations
-from services.api.authcache import TokenCache
+from services.api import db, mastodon, problems, revocations
+from services.api.authcache import Caches, TokenCache
 from services.api.config import ApiSettings
 from services.api.middleware import Edge
 from services.api.problems import Problem
@@ -41,7 +41,8 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
         app.state.replica = await _open_replica(api, options, app.state.registry, pool)
-        listener = (asyncio.create_task(revocations.listen(settings.database_url, app.state.token_cache, options))
+        caches = Caches(app.state.token_cache, *([app.state.mastodon_grants] if api.mastodon_api else []))
+        listener = (asyncio.create_task(revocations.listen(settings.database_url, caches, options))
                     if api.auth_cache_seconds > 0 else None)
         try:
             yield
@@ -73,6 +74,8 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         app.include_router(health.metrics_router)
     problems.install(app)
     app.add_middleware(Edge, max_bytes=api.max_body_bytes, registry=app.state.registry)
+    if api.mastodon_api:  # after Edge: its error shape wraps Edge's 413 too (docs/mastodon.md)
+        mastodon.install(app, api.auth_cache_seconds)
     traces.install(app)
 
     def openapi() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from services.api.ttlmap import TtlMap
 
@@ -46,3 +46,26 @@ class TokenCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class Forgets(Protocol):
+    """What the revocation listener drives (revocations.py): TokenCache, and the Mastodon layer's grant cache."""
+
+    def forget_user(self, user: int) -> None: ...
+
+    def listening(self, live: bool) -> None: ...
+
+
+class Caches:
+    """Several caches told of every token change at once."""
+
+    def __init__(self, *caches: Forgets) -> None:
+        self._caches = caches
+
+    def forget_user(self, user: int) -> None:
+        for cache in self._caches:
+            cache.forget_user(user)
+
+    def listening(self, live: bool) -> None:
+        for cache in self._caches:
+            cache.listening(live)

@@ -24,6 +24,10 @@
 | `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | CIDR networks webhook URLs may resolve to although not public |
 | `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | `true`: plain `http://` webhook URLs are accepted |
 | `WALFEED_WEBHOOK_SECRET_OVERLAP` | `86400` | seconds the previous secret keeps signing after a rotation |
+| `WALFEED_MASTODON_API` | `true` | `false`: no Mastodon client API, no OAuth routes (docs/mastodon.md) |
+| `WALFEED_MASTODON_STREAMS_MAX` | `1000` | live streams one api process holds open at most; more get 503 (ADR 0140) |
+| `WALFEED_MASTODON_STREAM_BUFFER` | `256` | events queued per stream; a client further behind is cut off |
+| `WALFEED_MASTODON_STREAM_HEARTBEAT` | `15.0` | seconds between heartbeat comments on an idle stream |
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ class ApiSettings:
     read_after_wait: float = 0.25
     read_after_memory: float = 10.0
     replica_retry: float = 5.0
+    mastodon_api: bool = True
+    streams_max: int = 1000
+    stream_buffer: int = 256
+    stream_heartbeat: float = 15.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -107,6 +115,10 @@ class ApiSettings:
             read_after_wait=env.float("WALFEED_API_READ_AFTER_WAIT", 0.25, minimum=0.0, maximum=10.0),
             read_after_memory=env.float("WALFEED_API_READ_AFTER_MEMORY", 10.0, minimum=0.0, maximum=3600.0),
             replica_retry=env.float("WALFEED_API_REPLICA_RETRY", 5.0, minimum=0.1, maximum=3600.0),
+            mastodon_api=env.bool("WALFEED_MASTODON_API", True),
+            streams_max=env.int("WALFEED_MASTODON_STREAMS_MAX", 1000, minimum=0, maximum=1_000_000),
+            stream_buffer=env.int("WALFEED_MASTODON_STREAM_BUFFER", 256, minimum=1, maximum=100_000),
+            stream_heartbeat=env.float("WALFEED_MASTODON_STREAM_HEARTBEAT", 15.0, minimum=0.05, maximum=3600.0),
         )
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from services.api import text
+from services.api import passwords, text
 
 BIGINT_MAX = 2**63 - 1
 HANDLE_PATTERN = r"^[a-z0-9_]{1,30}$"
@@ -17,6 +17,32 @@ HANDLE_PATTERN = r"^[a-z0-9_]{1,30}$"
 class NewUser(BaseModel):
     model_config = ConfigDict(extra="forbid")
     handle: Annotated[str, Field(pattern=HANDLE_PATTERN, examples=["alice"])]
+    password: Annotated[str | None, Field(
+        min_length=passwords.MIN_CHARS, max_length=passwords.MAX_CHARS,
+        description="optional: the password of OAuth logins (the Mastodon API, docs/mastodon.md); stored as an "
+                    "argon2id hash")] = None
+
+    @field_validator("password")
+    @classmethod
+    def _settable(cls, value: str | None) -> str | None:
+        return None if value is None else settable_password(value)
+
+
+class NewPassword(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    password: Annotated[str, Field(min_length=passwords.MIN_CHARS, max_length=passwords.MAX_CHARS)]
+
+    @field_validator("password")
+    @classmethod
+    def _settable(cls, value: str) -> str:
+        return settable_password(value)
+
+
+def settable_password(value: str) -> str:
+    why = passwords.problem(value)
+    if why is not None:
+        raise ValueError(why)
+    return value
 
 
 class CreatedUser(BaseModel):

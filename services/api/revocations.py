@@ -13,7 +13,7 @@ from typing import Final
 
 import psycopg
 
-from services.api.authcache import TokenCache
+from services.api.authcache import Forgets
 from services.core import backoff
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ CHANNEL: Final = "walfeed_token_changed"
 HEALTH_CHECK_SECONDS: Final = 5.0  # a dead connection is noticed within this plus statement_timeout
 
 
-async def listen(url: str, cache: TokenCache, options: str) -> None:
+async def listen(url: str, cache: Forgets, options: str) -> None:
     """Run until cancelled: keep a LISTEN connection, forget the users whose token changed."""
     attempt = 0
     while True:

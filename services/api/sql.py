@@ -7,7 +7,7 @@ from psycopg import sql
 AUTHENTICATE: Final = "SELECT id, token_hash FROM users WHERE token_hash = %(hash)s"
 
 CREATE_USER: Final = """
-INSERT INTO users (handle, token_hash) VALUES (%(handle)s, %(hash)s)
+INSERT INTO users (handle, token_hash, password_hash) VALUES (%(handle)s, %(hash)s, %(password)s)
 ON CONFLICT (handle) DO NOTHING
 RETURNING id, handle
 """
@@ -17,6 +17,9 @@ SET_TOKEN: Final = """
 WITH changed AS (UPDATE users SET token_hash = %(hash)s WHERE id = %(id)s RETURNING id)
 SELECT pg_notify('walfeed_token_changed', id::text) FROM changed
 """
+# The account's password (argon2id, services/api/passwords.py; db/init/021_mastodon.sql): the OAuth logins of the
+# Mastodon layer check it. The bearer token stays as it is.
+SET_PASSWORD: Final = "UPDATE users SET password_hash = %(password)s WHERE id = %(id)s"
 GET_USER: Final = "SELECT id, handle, follower_count, following_count FROM users WHERE id = %(id)s"
 USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = %(id)s"
 

@@ -40,9 +40,13 @@ async def authenticate(conn: Conn, token_hash: bytes) -> Row | None:
     return await _one(conn, sql.AUTHENTICATE, {"hash": token_hash})
 
 
-async def create_user(conn: Conn, handle: str, token_hash: bytes) -> Row | None:
+async def create_user(conn: Conn, handle: str, token_hash: bytes, password_hash: str | None = None) -> Row | None:
     """The new user, or None when the handle is taken."""
-    return await _one(conn, sql.CREATE_USER, {"handle": handle, "hash": token_hash})
+    return await _one(conn, sql.CREATE_USER, {"handle": handle, "hash": token_hash, "password": password_hash})
+
+
+async def set_password(conn: Conn, user: int, password_hash: str) -> None:
+    await conn.execute(sql.SET_PASSWORD, {"id": user, "password": password_hash})
 
 
 async def set_token(conn: Conn, user: int, token_hash: bytes) -> None:

@@ -7,9 +7,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from services.api import ratelimit, store, tokens
+from services.api import passwords, ratelimit, store, tokens
 from services.api.deps import ReadAfter, Token, database, read, throttle, write_session, written
-from services.api.models import CreatedUser, EmailVerification, Me, MeUpdate, NewToken, NewUser, Unsubscribed, User
+from services.api.models import (
+    CreatedUser,
+    EmailVerification,
+    Me,
+    MeUpdate,
+    NewPassword,
+    NewToken,
+    NewUser,
+    Unsubscribed,
+    User,
+)
 from services.api.problems import ApiError
 from services.api.ratelimit import Quota
 from services.api.routes import (
@@ -33,12 +43,14 @@ router = APIRouter(prefix="/v1", responses={**INVALID, **UNAVAILABLE})
 @router.post("/users", status_code=201, response_model=CreatedUser, tags=["users"],
              responses={**BODY, **LIMITED, 409: {"description": "the handle is taken (handle-taken)"}})
 async def create_user(new: NewUser, request: Request) -> CreatedUser:
-    """Sign up. The token in the reply is the only copy: only its hash is stored."""
+    """Sign up. The token in the reply is the only copy: only its hash is stored. With a `password`, the account
+    can also log in through OAuth (the Mastodon API, docs/mastodon.md)."""
     token = tokens.new_token()
     client = ratelimit.client_subject(request.client.host if request.client else None)
     async with database(request) as db:
         await throttle(request, db, request.app.state.api_settings.signup_limit, client)
-        row = await store.create_user(db, new.handle, tokens.token_hash(token))
+        hashed = None if new.password is None else await passwords.hash_password(new.password)
+        row = await store.create_user(db, new.handle, tokens.token_hash(token), hashed)
         if row is not None:
             await written(request, db, row["id"])
     if row is None:
@@ -65,6 +77,17 @@ async def revoke_token(token: Token, request: Request) -> Response:
     async with write_session(request, token) as (db, me):
         await store.set_token(db, me, tokens.unusable_hash())
     request.app.state.token_cache.forget_user(me)
+    return Response(status_code=204)
+
+
+@router.put("/users/me/password", status_code=204, response_class=Response, tags=["users"],
+            responses={**AUTH, **BODY, **LIMITED})
+async def set_password(new: NewPassword, token: Token, request: Request) -> Response:
+    """Set the caller's password (8 to 256 characters), the one OAuth logins check (docs/mastodon.md); stored as an
+    argon2id hash. The bearer token and OAuth tokens issued before keep working."""
+    hashed = await passwords.hash_password(new.password)
+    async with write_session(request, token) as (db, me):
+        await store.set_password(db, me, hashed)
     return Response(status_code=204)
 
 

@@ -1,0 +1,90 @@
+"""From rows to the entities a route answers, with the I/O they need done in bulk: one statement for the
+accounts of a page's authors (an account row is remembered ACCOUNT_SECONDS per process: handles never change,
+counts may lag by that much), one for the posts of a page of notifications."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+from fastapi import Request, Response
+
+from services.api import paging
+from services.api.mastodon import entities, pages, store
+from services.api.mastodon.entities import Site
+from services.api.mastodon.params import Params
+from services.api.store import Conn, Row
+from services.api.ttlmap import TtlMap
+
+ACCOUNT_SECONDS: Final = 5.0
+MAX_ACCOUNTS: Final = 10_000
+
+
+def account_cache() -> TtlMap[int, Row]:
+    return TtlMap(ACCOUNT_SECONDS, MAX_ACCOUNTS)
+
+
+def site(request: Request) -> Site:
+    base = f"{request.url.scheme}://{request.url.netloc}"
+    return Site(base, request.url.netloc)
+
+
+def streaming_url(request: Request) -> str:
+    return ("wss" if request.url.scheme == "https" else "ws") + f"://{request.url.netloc}"
+
+
+def json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+async def account_rows(request: Request, db: Conn, ids: Sequence[int]) -> dict[int, Row]:
+    cache: TtlMap[int, Row] = request.app.state.mastodon_accounts
+    found: dict[int, Row] = {}
+    missing = []
+    for user in dict.fromkeys(ids):
+        row = cache.get(user)
+        if row is None:
+            missing.append(user)
+        else:
+            found[user] = row
+    for user, row in (await store.accounts(db, missing)).items():
+        cache.put(user, row)
+        found[user] = row
+    return found
+
+
+async def accounts(request: Request, db: Conn, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    here = site(request)
+    return {user: entities.account(row, here) for user, row in (await account_rows(request, db, ids)).items()}
+
+
+async def statuses(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Statuses of posts rows, in their order (a post whose author is gone is left out)."""
+    authors = await accounts(request, db, [int(r["author_id"]) for r in rows])
+    here = site(request)
+    return [entities.status(r, authors[int(r["author_id"])], here) for r in rows if int(r["author_id"]) in authors]
+
+
+async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    posts = await store.posts(db, [int(r["post_id"]) for r in rows if r["post_id"] is not None])
+    people = await accounts(request, db, [int(r["actor_id"]) for r in rows]
+                            + [int(p["author_id"]) for p in posts.values()])
+    here = site(request)
+    found = []
+    for r in rows:
+        actor = people.get(int(r["actor_id"]))
+        post = posts.get(int(r["post_id"])) if r["post_id"] is not None else None
+        if actor is None or (r["post_id"] is not None and post is None):
+            continue  # the mentioning post was deleted meanwhile (its notification is being withdrawn)
+        status = None if post is None else entities.status(post, people[int(post["author_id"])], here)
+        found.append(entities.notification(r, actor, status))
+    return found
+
+
+def listing(request: Request, params: Params, asked: paging.Range, items: list[dict[str, Any]],
+            more: bool) -> Response:
+    """A page of entities (newest first) with its Link header."""
+    link = pages.link(f"{site(request).base}{request.url.path}", params, asked,
+                      int(items[0]["id"]) if items else None, int(items[-1]["id"]) if items else None, more)
+    return json(items, headers={"Link": link} if link else None)
