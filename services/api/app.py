@@ -41,12 +41,15 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
         app.state.replica = await _open_replica(api, options, app.state.registry, pool)
+        live = mastodon.live_feed(app, settings, pool, options) if api.mastodon_api else None
         caches = Caches(app.state.token_cache, *([app.state.mastodon_grants] if api.mastodon_api else []))
         listener = (asyncio.create_task(revocations.listen(settings.database_url, caches, options))
                     if api.auth_cache_seconds > 0 else None)
         try:
             yield
         finally:
+            if live is not None:
+                await live.stop()
             if listener is not None:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -3,6 +3,7 @@ ids, clamped limits); paging and its Link header; the entities' shapes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from services.api.mastodon import entities, pages
 from services.api.mastodon.errors import MastodonError, _as_error
 from services.api.mastodon.notifications import kinds
 from services.api.mastodon.params import Params, parse_body, record_id
+from services.api.mastodon.streamhub import END, Hub, Message, Stream, sse
 from services.api.oauth import OAuthError
 
 
@@ -149,3 +151,37 @@ def test_a_status_is_mastodons_shape_without_scheduled_at() -> None:
 def test_a_problem_document_becomes_mastodons_error() -> None:
     assert _as_error(b'{"type": "t", "title": "x", "status": 413, "detail": "too large"}') == b'{"error":"too large"}'
     assert _as_error(b"not json") == b'{"error":"error"}'
+
+
+def _stream(user: int, size: int = 4) -> Stream:
+    return Stream(user, None, asyncio.Queue(maxsize=size))
+
+
+def test_the_hub_routes_a_post_to_its_authors_and_followers_streams_only() -> None:
+    hub = Hub()
+    reader, other, author_own = _stream(1), _stream(2), _stream(3)
+    assert hub.open(reader) and hub.open(other) and hub.open(author_own)
+    hub.followed(1, [3, 4])
+    hub.followed(2, [4])
+    second = _stream(1)
+    assert not hub.open(second)  # the user's followees are loaded already
+    assert set(map(id, hub.home_streams(3))) == {id(reader), id(second), id(author_own)}
+    assert set(map(id, hub.home_streams(4))) == {id(reader), id(second), id(other)}
+    hub.follow_changed(2, 3, following=True)
+    hub.follow_changed(1, 4, following=False)
+    hub.follow_changed(99, 3, following=True)  # not a user of this process: nothing kept
+    assert set(map(id, hub.home_streams(4))) == {id(other)}
+    assert id(other) in set(map(id, hub.home_streams(3))) and not hub.holds(99)
+    for stream in (reader, second, other, author_own):
+        hub.close(stream)
+    assert len(hub) == 0 and hub.entries() == 0 and hub.home_streams(3) == []
+
+
+def test_a_slow_stream_is_cut_off_when_its_queue_is_full_and_end_wakes_its_reader() -> None:
+    slow = _stream(1, size=2)
+    assert slow.offer(Message("update", "{}")) and slow.offer(Message("update", "{}"))
+    assert not slow.offer(Message("update", "{}")) and slow.closed
+    idle = _stream(2)
+    idle.end()
+    assert idle.closed and idle.queue.get_nowait() is END
+    assert sse(Message("delete", "42")) == b"event: delete\ndata: 42\n\n"

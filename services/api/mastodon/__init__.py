@@ -5,9 +5,23 @@ WALFEED_MASTODON_API is on (the default)."""
 from __future__ import annotations
 
 from fastapi import FastAPI
+from prometheus_client import Gauge
 
-from services.api.mastodon import accounts, errors, instance, notifications, oauth_routes, statuses, views
+from services.api.db import Pool
+from services.api.mastodon import (
+    accounts,
+    errors,
+    instance,
+    notifications,
+    oauth_routes,
+    statuses,
+    streaming,
+    views,
+)
 from services.api.mastodon.auth import GrantCache
+from services.api.mastodon.feed import LiveFeed
+from services.api.mastodon.streamhub import Hub
+from services.core.settings import Settings
 
 
 def install(app: FastAPI, auth_cache_seconds: float) -> None:
@@ -15,6 +29,17 @@ def install(app: FastAPI, auth_cache_seconds: float) -> None:
     per-process caches."""
     app.state.mastodon_grants = GrantCache(auth_cache_seconds)
     app.state.mastodon_accounts = views.account_cache()
-    for router in (oauth_routes.router, instance.router, accounts.router, statuses.router, notifications.router):
+    app.state.mastodon_streams = Gauge("walfeed_api_mastodon_streams", "live streams (/api/v1/streaming) open",
+                                       registry=app.state.registry, multiprocess_mode="livesum")
+    for router in (oauth_routes.router, instance.router, accounts.router, statuses.router, notifications.router,
+                   streaming.router):
         app.include_router(router)
     errors.install(app)
+
+
+def live_feed(app: FastAPI, settings: Settings, pool: Pool, options: str) -> LiveFeed:
+    """The process's source of live-stream events (feed.py), started by the first stream it opens; the lifespan
+    stops it."""
+    feed = LiveFeed(settings, pool, app.state.mastodon_accounts, Hub(), options)
+    app.state.mastodon_feed = feed
+    return feed

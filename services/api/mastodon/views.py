@@ -38,8 +38,7 @@ def json(body: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
-async def account_rows(request: Request, db: Conn, ids: Sequence[int]) -> dict[int, Row]:
-    cache: TtlMap[int, Row] = request.app.state.mastodon_accounts
+async def account_rows(cache: TtlMap[int, Row], db: Conn, ids: Sequence[int]) -> dict[int, Row]:
     found: dict[int, Row] = {}
     missing = []
     for user in dict.fromkeys(ids):
@@ -54,23 +53,21 @@ async def account_rows(request: Request, db: Conn, ids: Sequence[int]) -> dict[i
     return found
 
 
-async def accounts(request: Request, db: Conn, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    here = site(request)
-    return {user: entities.account(row, here) for user, row in (await account_rows(request, db, ids)).items()}
+async def accounts_for(cache: TtlMap[int, Row], db: Conn, ids: Sequence[int], here: Site) -> dict[int, dict[str, Any]]:
+    return {user: entities.account(row, here) for user, row in (await account_rows(cache, db, ids)).items()}
 
 
-async def statuses(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+async def statuses_for(cache: TtlMap[int, Row], db: Conn, rows: Sequence[Row], here: Site) -> list[dict[str, Any]]:
     """Statuses of posts rows, in their order (a post whose author is gone is left out)."""
-    authors = await accounts(request, db, [int(r["author_id"]) for r in rows])
-    here = site(request)
+    authors = await accounts_for(cache, db, [int(r["author_id"]) for r in rows], here)
     return [entities.status(r, authors[int(r["author_id"])], here) for r in rows if int(r["author_id"]) in authors]
 
 
-async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+async def notifications_for(cache: TtlMap[int, Row], db: Conn, rows: Sequence[Row],
+                            here: Site) -> list[dict[str, Any]]:
     posts = await store.posts(db, [int(r["post_id"]) for r in rows if r["post_id"] is not None])
-    people = await accounts(request, db, [int(r["actor_id"]) for r in rows]
-                            + [int(p["author_id"]) for p in posts.values()])
-    here = site(request)
+    people = await accounts_for(cache, db, [int(r["actor_id"]) for r in rows]
+                                + [int(p["author_id"]) for p in posts.values()], here)
     found = []
     for r in rows:
         actor = people.get(int(r["actor_id"]))
@@ -80,6 +77,18 @@ async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list
         status = None if post is None else entities.status(post, people[int(post["author_id"])], here)
         found.append(entities.notification(r, actor, status))
     return found
+
+
+async def accounts(request: Request, db: Conn, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    return await accounts_for(request.app.state.mastodon_accounts, db, ids, site(request))
+
+
+async def statuses(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return await statuses_for(request.app.state.mastodon_accounts, db, rows, site(request))
+
+
+async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return await notifications_for(request.app.state.mastodon_accounts, db, rows, site(request))
 
 
 def listing(request: Request, params: Params, asked: paging.Range, items: list[dict[str, Any]],

@@ -1,0 +1,246 @@
+"""Where this api process's live streams get their events (docs/adr/0140): from the pipeline, never by polling
+the database per client.
+
+- Posts and follows: the events exchange (`{prefix}.events`, every event the relay published, one a message)
+  through a queue of this process's own (`{prefix}.stream.<random>`, exclusive, auto-delete: it lives as long as
+  the connection), bound to `post.created`, `post.deleted`, `follow.created` and `follow.deleted`. Every api
+  process has one, so each gets every such event and routes it to the streams it holds (streamhub.Hub). One
+  post costs one read of the post (and its author, cached) per process that holds a stream it goes to, whatever
+  the number of those streams.
+- Notifications: Postgres LISTEN on `walfeed_notification`, which a trigger on `notifications` NOTIFYs
+  (db/init/021_mastodon.sql) when the notifier's transaction commits; the notification is read once per process
+  that holds a stream of its recipient.
+
+Started with the first stream a process opens, so an api without streams has no broker connection. While either
+source is down nothing is promised: the streams open then are ended (the client reconnects and reads its timeline
+for what it missed), and new ones wait for both (503 when they do not come within READY_SECONDS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import uuid
+from typing import Any, Final
+
+import orjson
+import pika
+import pika.exceptions
+import psycopg
+
+from services.api import db as api_db
+from services.api import store as api_store
+from services.api.mastodon import entities, store, views
+from services.api.mastodon.streamhub import Hub, Message
+from services.api.store import Row
+from services.api.ttlmap import TtlMap
+from services.core import amqp, backoff, events
+from services.core.settings import Settings
+from services.core.topology import Topology
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "walfeed_notification"
+KEYS: Final = (events.POST_CREATED, events.POST_DELETED, events.FOLLOW_CREATED, events.FOLLOW_DELETED)
+READY_SECONDS: Final = 5.0
+QUEUE_MAX: Final = 10_000  # messages the broker keeps for a process that reads slower (the oldest go first)
+HEALTH_CHECK_SECONDS: Final = 5.0
+
+
+class LiveFeed:
+    def __init__(self, settings: Settings, pool: api_db.Pool, accounts: TtlMap[int, Row], hub: Hub,
+                 options: str = "") -> None:
+        self._settings = settings
+        self._pool = pool
+        self._accounts = accounts
+        self.hub = hub
+        self._options = options
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._broker_up = asyncio.Event()
+        self._listener_up = asyncio.Event()
+        self._connection: pika.BlockingConnection | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def ready(self) -> bool:
+        """Start the sources on first use; True once both are up (within READY_SECONDS)."""
+        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.Thread(target=self._consume, name="walfeed-stream-feed", daemon=True)
+            self._thread.start()
+            self._listener = asyncio.create_task(self._listen())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(READY_SECONDS):
+                await self._broker_up.wait()
+                await self._listener_up.wait()
+        return self._broker_up.is_set() and self._listener_up.is_set()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        connection = self._connection
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.add_callback_threadsafe(connection.close)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        for stream in self.hub.all_streams():
+            stream.end()
+
+    # The broker side, in a thread of its own (pika's blocking connection).
+
+    def _consume(self) -> None:
+        topology = Topology(self._settings.amqp_prefix)
+        while not self._stopping.is_set():
+            connection = amqp.connect_with_retry(self._settings.amqp_url, name="walfeed-api-streams",
+                                                 should_stop=self._stopping.is_set)
+            if connection is None:
+                return
+            self._connection = connection
+            try:
+                channel = connection.channel()
+                amqp.declare_events_exchange(channel, topology)
+                queue = f"{self._settings.amqp_prefix}.stream.{uuid.uuid4().hex[:16]}"
+                channel.queue_declare(queue, exclusive=True, auto_delete=True,
+                                      arguments={"x-max-length": QUEUE_MAX, "x-overflow": "drop-head"})
+                for key in KEYS:
+                    channel.queue_bind(queue, topology.events_exchange, routing_key=key)
+                channel.basic_consume(queue, self._on_message, auto_ack=True)
+                self._call(self._broker_changed, True)
+                log.info("stream feed connected", extra={"queue": queue})
+                channel.start_consuming()
+            except pika.exceptions.AMQPError as exc:
+                if not self._stopping.is_set():
+                    log.warning("stream feed lost the broker; open streams ended", extra={"error": repr(exc)})
+            finally:
+                self._connection = None
+                self._call(self._broker_changed, False)
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    if connection.is_open:
+                        connection.close()
+            self._stopping.wait(1.0)
+
+    def _on_message(self, _channel: Any, _method: Any, _properties: Any, body: bytes) -> None:
+        try:
+            event = events.decode(body)
+        except events.MalformedEvent as exc:
+            log.warning("stream feed skipped a malformed event", extra={"error": str(exc)})
+            return
+        self._call(self._apply, event)
+
+    def _call(self, function: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown)
+                loop.call_soon_threadsafe(function, *args)
+
+    # On the event loop.
+
+    def _broker_changed(self, up: bool) -> None:
+        if up:
+            self._broker_up.set()
+            return
+        if self._broker_up.is_set():
+            self._broker_up.clear()
+            self._end_all()
+
+    def _end_all(self) -> None:
+        for stream in self.hub.all_streams():
+            stream.end()
+
+    def _apply(self, event: events.Event) -> None:
+        payload = event.payload
+        if event.type in (events.FOLLOW_CREATED, events.FOLLOW_DELETED):
+            self.hub.follow_changed(payload["follower_id"], payload["followee_id"],
+                                    following=event.type == events.FOLLOW_CREATED)
+            return
+        streams = self.hub.home_streams(payload["author_id"])
+        if not streams:
+            return
+        if event.type == events.POST_DELETED:
+            for stream in streams:
+                stream.offer(Message("delete", str(payload["post_id"])))
+            return
+        self._spawn(self._post_created(payload["post_id"]))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("stream feed could not read an event's rows", extra={"error": repr(task.exception())})
+
+    async def _post_created(self, post_id: int) -> None:
+        async with self._pool.connection() as db:
+            row = await api_store.get_post(db, post_id)
+            if row is None:
+                return  # deleted meanwhile: its delete event follows
+            author = (await views.account_rows(self._accounts, db, [int(row["author_id"])])).get(int(row["author_id"]))
+        if author is None:
+            return
+        by_site: dict[Any, str] = {}
+        for stream in self.hub.home_streams(int(row["author_id"])):  # again: streams may have come or gone
+            if stream.site not in by_site:
+                by_site[stream.site] = orjson.dumps(entities.status(
+                    row, entities.account(author, stream.site), stream.site)).decode()
+            stream.offer(Message("update", by_site[stream.site]))
+
+    # Notifications: LISTEN.
+
+    async def _listen(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        self._settings.database_url, autocommit=True, application_name="walfeed-api-streams",
+                        options=self._options) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._listener_up.set()
+                    attempt = 0
+                    while True:
+                        async for note in conn.notifies(timeout=HEALTH_CHECK_SECONDS):
+                            self._notified(note.payload)
+                        await conn.execute("SELECT 1")
+            except (psycopg.Error, OSError) as exc:
+                log.warning("stream feed lost its notification listener; open streams ended",
+                            extra={"error": repr(exc)})
+            if self._listener_up.is_set():
+                self._listener_up.clear()
+                self._end_all()
+            attempt += 1
+            await asyncio.sleep(backoff.delay(attempt, 0.1, 5.0))  # reconnecting, not waiting for a state
+
+    def _notified(self, payload: str) -> None:
+        recipient, _, notification = payload.partition(":")
+        if not (recipient.isdigit() and notification.isdigit()) or not self.hub.holds(int(recipient)):
+            return
+        self._spawn(self._notification(int(recipient), int(notification)))
+
+    async def _notification(self, recipient: int, notification_id: int) -> None:
+        async with self._pool.connection() as db:
+            row = await store.notification(db, recipient, notification_id)
+            if row is None:
+                return
+            streams = self.hub.user_streams(recipient)
+            by_site: dict[Any, str] = {}
+            for stream in streams:
+                if stream.site not in by_site:
+                    found = await views.notifications_for(self._accounts, db, [row], stream.site)
+                    by_site[stream.site] = orjson.dumps(found[0]).decode() if found else ""
+                if by_site[stream.site]:
+                    stream.offer(Message("notification", by_site[stream.site]))
+
+
+async def followees(pool: api_db.Pool, user: int) -> list[int]:
+    async with pool.connection() as db:
+        return await store.followees(db, user)
