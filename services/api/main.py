@@ -122,7 +122,7 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
     try:
         with _metrics_port(api, scrape_registry(CollectorRegistry())):  # the sum of the workers' files
             if api.server == "granian":
-                _serve_granian(host, port, api.workers)
+                _serve_granian(host, port, api.workers, websockets=api.mastodon_api)
             else:
                 uvicorn.run(WORKER_APP, factory=True, host=host, port=port, workers=api.workers,
                             **_SERVER_OPTIONS)  # type: ignore[arg-type]
@@ -146,16 +146,17 @@ def _end_with_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _serve_granian(host: str, port: int, workers: int) -> None:
+def _serve_granian(host: str, port: int, workers: int, *, websockets: bool) -> None:
     """granian's supervisor of `workers` processes serving worker_app over HTTP/1.1 (what the api speaks behind a
-    proxy); a worker that dies is started again, and a stop gives in-flight requests GRACE_SECONDS."""
+    proxy); a worker that dies is started again, and a stop gives in-flight requests GRACE_SECONDS. WebSockets only
+    for the Mastodon layer's live stream (WALFEED_MASTODON_API, docs/mastodon.md)."""
     # Fresh worker processes, as uvicorn's: forked ones would inherit this process's threads and prometheus_client
     # imported before PROMETHEUS_MULTIPROC_DIR was set (their values in memory, not in the directory's files).
     multiprocessing.set_start_method("spawn", force=True)
     level = logging.getLogger().level
     handlers = logging.getLogger().handlers[:]
     server = Granian(GRANIAN_APP, factory=True, address=host, port=port, interface=Interfaces.ASGI, workers=workers,
-                     loop=Loops.auto, http=HTTPModes.http1, websockets=False, log_access=False,
+                     loop=Loops.auto, http=HTTPModes.http1, websockets=websockets, log_access=False,
                      log_dictconfig=_GRANIAN_LOGS, respawn_failed_workers=True, workers_kill_timeout=GRACE_SECONDS)
     logging.getLogger().handlers[:] = handlers  # granian configured logging: ours again
     logging.getLogger().setLevel(level)

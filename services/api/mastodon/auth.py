@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from services.api import oauth, readafter, tokens
 from services.api import store as api_store
@@ -64,7 +65,7 @@ def bearer(request: Request) -> str:
     return token
 
 
-async def resolve(request: Request, db: api_store.Conn, token: str) -> Grant:
+async def resolve(request: HTTPConnection, db: api_store.Conn, token: str) -> Grant:
     digest = tokens.token_hash(token)
     cache: GrantCache = request.app.state.mastodon_grants
     found = cache.get(digest)

@@ -2,7 +2,12 @@
 a status id) and notifications (`notification`), with a `:thump` comment as heartbeat on an idle stream
 (docs/mastodon.md, docs/adr/0140). `/api/v1/streaming/user/notification` sends the notifications only;
 `/api/v1/streaming?stream=user` is the same as the first. The token comes in the Authorization header or, as
-Mastodon's streaming server allows, the `access_token` query parameter."""
+Mastodon's streaming server allows, the `access_token` query parameter.
+
+The same stream over a WebSocket (`/api/v1/streaming`, as masto.js and web apps use it): the token as the
+`access_token` parameter or the WebSocket subprotocol (echoed back), then `{"type": "subscribe", "stream":
+"user"}` (or `user:notification`); each event is `{"stream": ["user"], "event": ..., "payload": ...}` with the
+entity as a JSON string (the id for `delete`), as Mastodon sends them."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Final
 
-from fastapi import APIRouter, Request, Response
+import orjson
+from fastapi import APIRouter, Request, Response, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from prometheus_client import Gauge
 
@@ -71,11 +77,13 @@ async def _events(request: Request, feed: LiveFeed, stream: Stream, only_notific
     """Registered with the hub here, where `finally` is sure to run (a response never started runs none of it)."""
     gauge: Gauge = request.app.state.mastodon_streams
     heartbeat: float = request.app.state.api_settings.stream_heartbeat
-    gauge.inc()
+    counted = False
     unloaded = feed.hub.open(stream)
     try:
         if unloaded and not only_notifications:
             feed.hub.followed(stream.user, await feeds.followees(request.app.state.pool, stream.user))
+        gauge.inc()
+        counted = True
         yield OPENING
         while True:
             try:
@@ -91,4 +99,100 @@ async def _events(request: Request, feed: LiveFeed, stream: Stream, only_notific
             yield sse(message)
     finally:
         feed.hub.close(stream)
-        gauge.dec()
+        if counted:
+            gauge.dec()
+
+
+async def _grant_user(connection: WebSocket, token: str) -> int | None:
+    try:
+        async with connection.app.state.pool.connection(timeout=connection.app.state.api_settings.pool_timeout) as db:
+            return require(await resolve(connection, db, token), "read:statuses")
+    except MastodonError:
+        return None
+
+
+@router.websocket("/api/v1/streaming")
+async def web_socket_stream(websocket: WebSocket) -> None:
+    offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    query = websocket.query_params.get("access_token")
+    token = query if query and len(query) <= tokens.MAX_TOKEN_CHARS and query.isascii() else None
+    subprotocol = None
+    if token is None and offered and len(offered[0]) <= tokens.MAX_TOKEN_CHARS and offered[0].isascii():
+        token = subprotocol = offered[0]
+    me = None if token is None else await _grant_user(websocket, token)
+    feed: LiveFeed = websocket.app.state.mastodon_feed
+    api = websocket.app.state.api_settings
+    if me is None:
+        await websocket.close(code=4001, reason="The access token is invalid")
+        return
+    if len(feed.hub) >= api.streams_max or not await feed.ready():
+        await websocket.close(code=1013, reason="the live stream is unavailable; retry later")
+        return
+    await websocket.accept(subprotocol=subprotocol)
+    stream = Stream(me, views.site(websocket), asyncio.Queue(maxsize=api.stream_buffer))
+    subscribed = Subscriptions()
+    gauge: Gauge = websocket.app.state.mastodon_streams
+    counted = False
+    unloaded = feed.hub.open(stream)
+    try:
+        if unloaded:  # before the stream counts as open: from then on a followed author's post reaches it
+            feed.hub.followed(me, await feeds.followees(websocket.app.state.pool, me))
+        gauge.inc()
+        counted = True
+        async with asyncio.TaskGroup() as group:
+            reader = group.create_task(_subscriptions(websocket, subscribed))
+            writer = group.create_task(_frames(websocket, stream, subscribed))
+            await asyncio.wait([reader, writer], return_when=asyncio.FIRST_COMPLETED)
+            reader.cancel()
+            writer.cancel()
+    except* (WebSocketDisconnect, RuntimeError, OSError):
+        pass
+    finally:
+        feed.hub.close(stream)
+        if counted:
+            gauge.dec()
+
+
+class Subscriptions(set[str]):
+    """The streams a WebSocket client subscribed to; `first` is set by its first subscription: events from the
+    accept on wait in the stream's queue until then, so a post made right after subscribing is not missed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = asyncio.Event()
+
+
+async def _subscriptions(websocket: WebSocket, subscribed: Subscriptions) -> None:
+    """What the client subscribes to (user, user:notification); anything else is answered with an error."""
+    while True:
+        text = await websocket.receive_text()
+        try:
+            message = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            message = None
+        if not isinstance(message, dict) or message.get("type") not in ("subscribe", "unsubscribe"):
+            await websocket.send_text('{"error":"Unknown message: send subscribe or unsubscribe"}')
+            continue
+        name = message.get("stream")
+        if name not in ("user", "user:notification"):
+            await websocket.send_text('{"error":"Unknown stream type: only user and user:notification"}')
+            continue
+        if message["type"] == "subscribe":
+            subscribed.add(name)
+            subscribed.first.set()
+        else:
+            subscribed.discard(name)
+
+
+async def _frames(websocket: WebSocket, stream: Stream, subscribed: Subscriptions) -> None:
+    await subscribed.first.wait()
+    while True:
+        message = await stream.queue.get()
+        if message is END or stream.closed:
+            await websocket.close(code=1011, reason="the stream fell behind or lost its source: reconnect")
+            return
+        for name in ("user", "user:notification"):
+            if name in subscribed and (name == "user" or message.event == "notification"):
+                await websocket.send_text(orjson.dumps({"stream": [name], "event": message.event,
+                                                        "payload": message.data}).decode())
+                break

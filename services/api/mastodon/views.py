@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import orjson
 from fastapi import Request, Response
+from starlette.requests import HTTPConnection
 
 from services.api import paging
 from services.api.mastodon import entities, pages, store
@@ -25,12 +26,12 @@ def account_cache() -> TtlMap[int, Row]:
     return TtlMap(ACCOUNT_SECONDS, MAX_ACCOUNTS)
 
 
-def site(request: Request) -> Site:
+def site(request: HTTPConnection) -> Site:
     base = f"{request.url.scheme}://{request.url.netloc}"
     return Site(base, request.url.netloc)
 
 
-def streaming_url(request: Request) -> str:
+def streaming_url(request: HTTPConnection) -> str:
     return ("wss" if request.url.scheme == "https" else "ws") + f"://{request.url.netloc}"
 
 
