@@ -59,3 +59,16 @@ def test_every_file_and_test_a_page_names_exists(page: str) -> None:
 def test_every_module_a_page_runs_exists(page: str) -> None:
     for module in _MODULE_RUN.findall((DOCS / page).read_text()):
         assert (ROOT / (module.replace(".", "/") + ".py")).exists(), f"{page} runs python -m {module}"
+
+
+ADRS = DOCS / "adr"
+_STATUS = re.compile(r"Status: (?:accepted|superseded by \d{4}|amended by \d{4}(?:, \d{4})*)")
+
+
+@pytest.mark.parametrize("adr", sorted(p.name for p in ADRS.glob("*.md")))
+def test_every_adr_begins_with_its_status_and_names_only_records_that_exist(adr: str) -> None:
+    status, blank, title = (ADRS / adr).read_text().split("\n", 3)[:3]
+    assert _STATUS.fullmatch(status), f"{adr}: {status!r} is not `Status: accepted | superseded by N | amended by N`"
+    assert blank == "" and title.startswith(f"# {adr[:4]}. "), f"{adr}: the title `# {adr[:4]}. ...` follows the status"
+    for number in re.findall(r"\d{4}", status):
+        assert number != adr[:4] and list(ADRS.glob(f"{number}-*.md")), f"{adr} names ADR {number}: no such record"
