@@ -1,7 +1,7 @@
 """Fan-out throughput: `walfeed worker` processes vs the design-independent ceiling, side by side in one run.
 
     .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
-                                                [--group-max N]
+                                                [--group-max N] [--out DIR] [--json FILE]
 
 The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
@@ -42,7 +42,6 @@ import os
 import resource
 import signal
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -53,13 +52,14 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.lib import dbload, e2e, entry, infra, proc
+from bench.lib import dbload, e2e, entry, figures, infra, proc
 from services.cdc_relay import routes
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import EVENTS, GROUPED, SINGLE, EventProperties, group_properties, outgoing
 from services.cdc_relay.relay import READ_BATCH
 from services.core import events as ev
 from services.core.topology import Topology
+from testkit.processes import Process
 
 Conn = psycopg.Connection[Any]
 Post = tuple[int, int]  # (post id, author id)
@@ -247,7 +247,7 @@ def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
 
 class Bench:
     def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
-                 workers: list[subprocess.Popen[bytes]], admin: Conn) -> None:
+                 workers: list[Process], admin: Conn) -> None:
         self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
         self.admin = admin
         self.dbname = str(conn.info.dbname)
@@ -321,7 +321,7 @@ class Bench:
 
     def _signal(self, sig: int) -> None:
         for w in self.workers:
-            w.send_signal(sig)
+            w.send(sig)
 
 
 def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: int, legacy: bool,
@@ -358,6 +358,32 @@ def median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def figures_of(runs: dict[int, list[dict[str, float]]], group_max: list[int]) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py): the first --group-max value's worker against both ceilings, medians
+    of the runs (ratios: medians of the per-run ratios); for each further value its ratios to the set-based ceiling
+    and to the first worker in the same runs (`groups_<g>_...`)."""
+    def ratio(followers: int, worker: str, ceiling: str) -> float:
+        return statistics.median(r[f"{worker}_rows_per_s"] / r[ceiling] for r in runs[followers])
+
+    first = side(group_max[0], 0)
+    out = {"ratio_small": ratio(SMALL, first, "set_based_rows_per_s"),
+           "worker_small_rows_per_s": median(runs[SMALL], f"{first}_rows_per_s"),
+           "ceiling_small_rows_per_s": median(runs[SMALL], "set_based_rows_per_s"),
+           "ratio_big": ratio(BIG, first, "set_based_rows_per_s"),
+           "worker_big_rows_per_s": median(runs[BIG], f"{first}_rows_per_s"),
+           "ceiling_big_rows_per_s": median(runs[BIG], "set_based_rows_per_s"),
+           "ratio_big_per_post": ratio(BIG, first, "per_post_rows_per_s"),
+           "per_post_rows_per_s": median(runs[BIG], "per_post_rows_per_s"),
+           "small_events_per_s": median(runs[SMALL], f"{first}_events_per_s")}
+    for i, g in enumerate(group_max[1:], 1):
+        other = side(g, i)
+        out[f"groups_{g}_ratio_small"] = ratio(SMALL, other, "set_based_rows_per_s")
+        out[f"groups_{g}_ratio_big"] = ratio(BIG, other, "set_based_rows_per_s")
+        out[f"groups_{g}_over_first_small"] = ratio(SMALL, other, f"{first}_rows_per_s")
+        out[f"groups_{g}_over_first_big"] = ratio(BIG, other, f"{first}_rows_per_s")
+    return out
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -377,6 +403,7 @@ def main() -> int:
                         help="events per message as the relay groups them (WALFEED_RELAY_GROUP_MAX; ADR 0095); "
                              "several, comma-separated (1,20): one worker side each, in the same runs")
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     args = parser.parse_args()
     k = args.processes
     logs = infra.results_folder(args.out, "fanout") / "logs"
@@ -426,13 +453,15 @@ def main() -> int:
                               f" (10 followers), {b[f'{side(g, 1)}_rows_per_s'] / b['set_based_rows_per_s']:.3f} "
                               "(1,000)" for g in args.group_max[1:]), flush=True)
             report(runs, args, k, workers)
+            figures.write(args.json, figures_of(runs, args.group_max),
+                          meta={k: v for k, v in vars(args).items() if k != "json"})
         finally:
             amqp.close()
     return 0
 
 
 def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k: int,
-           workers: list[subprocess.Popen[bytes]]) -> None:
+           workers: list[Process]) -> None:
     def ratio(followers: int, worker: str, ceiling: str) -> float:
         return statistics.median(r[f"{worker}_rows_per_s"] / r[ceiling] for r in runs[followers])
 
