@@ -1,4 +1,4 @@
-"""Capacity: offered load in steps through the real pipeline, up to the knee (issue 12).
+"""Capacity: offered load in steps through the real pipeline, up to the knee.
 
     .venv/bin/python -m bench.capacity [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
                                        [--kinds sql,http] [--quick] [--out DIR] [--json FILE]
@@ -250,8 +250,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-capacity)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     parser.add_argument("--listener", action="store_true",
-                        help="also consume every post.created from the events exchange, as the steps did before issue "
-                             "12's last session (its load on the broker and this process, measured)")
+                        help="also consume every post.created from the events exchange, as the steps did before "
+                             "the batch worker's tuning (its load on the broker and this process, measured)")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")] if args.steps else list(QUICK_STEPS if args.quick else STEPS)
     seconds = args.seconds or (3.0 if args.quick else 30.0)

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
                                                 [--group-max N] [--out DIR] [--json FILE]
 
-The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
+The ceiling (STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
 (fewer if needed to keep all K busy), on K connections, K = --processes = the worker processes
 (WALFEED_WORKER_CONCURRENCY 1 each unless set).
@@ -12,7 +12,8 @@ Each run measures, for authors with 10 followers (--small-events posts) and with
 the workers fanning out N fresh posts and the ceiling writing the rows of N other fresh posts, interleaved (the
 order alternates from run to run). Reported per audience: worker rows/s ÷ ceiling rows/s, median over runs; for
 10-follower authors also events/s. For 1,000-follower authors also, labelled apart, the old ceiling: the worker's
-per-post statements of before issue 12 (LEGACY, frozen here: the baseline of "no worse than today").
+per-post statements of before the batch worker (ADR 0024; LEGACY, frozen here: the baseline of "no worse than
+today").
 
 For 10-follower authors each side's CPU per post is reported by part (the worker processes, this database's
 backends by application, RabbitMQ, this process) and its WAL per post (records touching this database's
@@ -79,8 +80,9 @@ ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
 """
 
-# The worker's per-post statements before issue 12 (services/worker/sql.py at 9950d22), frozen: the old ceiling,
-# kept so that a rewritten worker is still compared with what it replaced ("no worse than today's ratio").
+# The worker's per-post statements before the batch worker (ADR 0024; services/worker/sql.py at 9950d22), frozen:
+# the old ceiling, kept so that a rewritten worker is still compared with what it replaced ("no worse than today's
+# ratio").
 LEGACY_LOCK = "SELECT pg_advisory_xact_lock_shared(%(author_id)s)"
 LEGACY_DECIDE = "UPDATE posts SET fanned_out = true WHERE id = %(post_id)s AND fanned_out IS NULL RETURNING fanned_out"
 LEGACY_OWN = """
@@ -479,7 +481,7 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
               f"12 (old ceiling): ratio {ratio(BIG, name, 'per_post_rows_per_s'):.2f} (per-post statements "
               f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s)")
         print(f"10-follower authors, {grouped}: {median(runs[SMALL], f'{name}_events_per_s'):,.0f} events/s "
-              f"({args.small_events} events per run, {k} processes; median of {n} runs; issue 12's target >= 4,840)")
+              f"({args.small_events} events per run, {k} processes; median of {n} runs; target >= 4,840)")
     for name, g in sides[1:]:
         print(f"groups of {g} ÷ one event a message (WALFEED_RELAY_GROUP_MAX={args.group_max[0]}), same runs: "
               f"10-follower authors {ratio(SMALL, name, 'worker_rows_per_s'):.2f}, 1,000-follower "

@@ -1,4 +1,4 @@
-"""Mention -> webhook received latency (issue 15), through the real processes.
+"""Mention -> webhook received latency, through the real processes.
 
     .venv/bin/python -m bench.notify_latency [--rate 100] [--seconds 30] [--drain 60] [--recipients 100] [--out DIR]
                                               [--json FILE]
