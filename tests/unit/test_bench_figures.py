@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import api_latency, capacity, fanout_throughput, notify_latency, relay_throughput
+from bench import api_latency, capacity, delivery_throughput, fanout_throughput, notify_latency, relay_throughput
 from bench.lib import figures, scripts
 
 
@@ -106,3 +106,8 @@ def test_run_all_reads_what_a_script_wrote_and_never_a_former_runs_figures(
     assert found["error"] == "exit 3: stand-in done"
     assert scripts.command("relay", False, tmp_path / "f.json")[-2:] == ["--json", str(tmp_path / "f.json")]
     assert sys.executable in scripts.command("relay", False, tmp_path / "f.json")
+
+
+def test_the_delivery_figures_are_medians_of_the_pairs() -> None:
+    found = delivery_throughput.figures_of([(600.0, 800.0, 1.2), (700.0, 1000.0, 1.0), (500.0, 1000.0, 1.4)])
+    assert found == {"ratio": 0.7, "worker_per_s": 600.0, "client_per_s": 1000.0, "worker_cpu_ms_per_delivery": 1.2}
