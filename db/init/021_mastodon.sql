@@ -1,4 +1,4 @@
--- Mastodon's client API (issue 27, docs/mastodon.md): account passwords, OAuth applications, authorization codes
+-- Mastodon's client API (docs/mastodon.md): account passwords, OAuth applications, authorization codes
 -- and access tokens, and the signal of a new notification for the live stream (docs/adr/0140). New tables and a
 -- nullable column only.
 

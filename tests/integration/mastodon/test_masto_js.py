@@ -6,6 +6,7 @@ received as streamed updates over the WebSocket."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,14 +24,19 @@ NPM = shutil.which("npm")
 
 @pytest.fixture(scope="module")
 def masto() -> Path:
-    """The script's directory with masto 8.0.0 installed from npm (package.json pins it) the first time."""
+    """A directory outside the tree with the script and masto 8.0.0 installed from npm (package.json pins it),
+    kept between runs in the user's cache."""
     if NODE is None or NPM is None:
         pytest.skip("node and npm are not on PATH: the masto.js client test needs Node 20 or later")
-    if not (HERE / "node_modules" / "masto" / "package.json").exists():
-        done = subprocess.run([NPM, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE,
+    place = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "walfeed" / "masto-8.0.0"
+    place.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "client.mjs"):
+        shutil.copyfile(HERE / name, place / name)
+    if not (place / "node_modules" / "masto" / "package.json").exists():
+        done = subprocess.run([NPM, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=place,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
-    return HERE
+    return place
 
 
 def test_masto_js_logs_in_posts_pages_the_home_timeline_and_streams_updates(stack: Stack, signup: SignUp,
