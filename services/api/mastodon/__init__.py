@@ -29,6 +29,7 @@ def install(app: FastAPI, auth_cache_seconds: float) -> None:
     per-process caches."""
     app.state.mastodon_grants = GrantCache(auth_cache_seconds)
     app.state.mastodon_accounts = views.account_cache()
+    app.state.mastodon_statuses = views.status_cache()
     app.state.mastodon_streams = Gauge("walfeed_api_mastodon_streams", "live streams (/api/v1/streaming) open",
                                        registry=app.state.registry, multiprocess_mode="livesum")
     for router in (oauth_routes.router, instance.router, accounts.router, statuses.router, notifications.router,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
@@ -137,13 +136,13 @@ async def account_statuses(account_id: str, request: Request) -> Response:
     asked = pages.page_range(params, limit)
     empty = params.boolean("pinned") or params.boolean("only_media")
 
-    async def posts_of(db: Conn, _: int) -> tuple[list[dict[str, Any]], bool] | None:
+    async def posts_of(db: Conn, _: int) -> tuple[list[int], list[bytes], bool] | None:
         if not await api_store.user_exists(db, user):
             return None
         items, more = pages.cut(asked, [] if empty else await store.author_posts(db, user, asked), limit)
-        return await views.statuses(request, db, items), more
+        return [int(r["id"]) for r in items], await views.status_json(request, db, items), more
 
     found = await read(request, "read:statuses", posts_of)
     if found is None:
         raise not_found()
-    return views.listing(request, params, asked, *found)
+    return views.status_listing(request, params, asked, *found)

@@ -31,7 +31,6 @@ import pika.exceptions
 import psycopg
 
 from services.api import db as api_db
-from services.api import store as api_store
 from services.api.mastodon import entities, store, views
 from services.api.mastodon.streamhub import Hub, Message
 from services.api.store import Row
@@ -47,6 +46,7 @@ KEYS: Final = (events.POST_CREATED, events.POST_DELETED, events.FOLLOW_CREATED, 
 READY_SECONDS: Final = 5.0
 QUEUE_MAX: Final = 10_000  # messages the broker keeps for a process that reads slower (the oldest go first)
 HEALTH_CHECK_SECONDS: Final = 5.0
+VISIBLE_TRIES: Final = 10  # reads of a post its event named, within about a second, before giving up on it
 
 
 class LiveFeed:
@@ -181,13 +181,20 @@ class LiveFeed:
             log.warning("stream feed could not read an event's rows", extra={"error": repr(task.exception())})
 
     async def _post_created(self, post_id: int) -> None:
-        async with self._pool.connection() as db:
-            row = await api_store.get_post(db, post_id)
-            if row is None:
-                return  # deleted meanwhile: its delete event follows
-            author = (await views.account_rows(self._accounts, db, [int(row["author_id"])])).get(int(row["author_id"]))
-        if author is None:
+        for attempt in range(1, VISIBLE_TRIES + 1):
+            async with self._pool.connection() as db:
+                row = await store.post_for_stream(db, post_id)
+                if row is not None:
+                    author = (await views.account_rows(self._accounts, db, [int(row["author_id"])])).get(
+                        int(row["author_id"]))
+                    break
+            # decoded from the WAL a moment before its commit is visible to this session: read it again shortly
+            await asyncio.sleep(backoff.delay(attempt, 0.005, 0.2))
+        else:
+            log.warning("stream feed never saw a post its event named", extra={"post_id": post_id})
             return
+        if row["deleted"] or author is None:
+            return  # deleted meanwhile: its delete event follows
         by_site: dict[Any, str] = {}
         for stream in self.hub.home_streams(int(row["author_id"])):  # again: streams may have come or gone
             if stream.site not in by_site:

@@ -68,6 +68,11 @@ FROM unnest(%(ids)s::bigint[]) AS t(id)
 POSTS: Final = """
 SELECT id, author_id, body, created_at FROM posts WHERE id = ANY(%(ids)s) AND deleted_at IS NULL
 """
+# A post as the stream sees it: deleted ones too (a delete event follows), absent ones not yet visible (the relay
+# can publish a commit it decoded a moment before the commit is visible to other sessions).
+POST_FOR_STREAM: Final = """
+SELECT id, author_id, body, created_at, deleted_at IS NOT NULL AS deleted FROM posts WHERE id = %(id)s
+"""
 COUNTS: Final = """
 SELECT (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'users'::regclass) AS users,
        (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'posts'::regclass) AS statuses

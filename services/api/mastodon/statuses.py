@@ -104,10 +104,10 @@ async def home(request: Request) -> Response:
     limit = params.limit(pages.DEFAULT_LIMIT, pages.MAX_LIMIT)
     asked = pages.page_range(params, limit)
 
-    async def page(db: Conn, me: int) -> tuple[list[dict[str, Any]], bool]:
+    async def page(db: Conn, me: int) -> tuple[list[int], list[bytes], bool]:
         rows: list[Row] = await api_store.home_timeline(db, me, asked)
         items, more = pages.cut(asked, rows, limit)
-        return await views.statuses(request, db, items), more
+        return [int(r["id"]) for r in items], await views.status_json(request, db, items), more
 
-    items, more = await read(request, "read:statuses", page)
-    return views.listing(request, params, asked, items, more)
+    ids, parts, more = await read(request, "read:statuses", page)
+    return views.status_listing(request, params, asked, ids, parts, more)

@@ -93,6 +93,10 @@ async def posts(conn: Conn, ids: Sequence[int]) -> dict[int, Row]:
     return {int(r["id"]): r for r in await _all(conn, sql.POSTS, {"ids": list(ids)})}
 
 
+async def post_for_stream(conn: Conn, post_id: int) -> Row | None:
+    return await _one(conn, sql.POST_FOR_STREAM, {"id": post_id})
+
+
 async def counts(conn: Conn) -> Row:
     row = await _one(conn, sql.COUNTS, {})
     assert row is not None

@@ -20,10 +20,17 @@ from services.api.ttlmap import TtlMap
 
 ACCOUNT_SECONDS: Final = 5.0
 MAX_ACCOUNTS: Final = 10_000
+MAX_STATUSES: Final = 20_000  # serialized Statuses (about 1.5 KB each): 30 MB at most per process
 
 
 def account_cache() -> TtlMap[int, Row]:
     return TtlMap(ACCOUNT_SECONDS, MAX_ACCOUNTS)
+
+
+def status_cache() -> TtlMap[tuple[str, int], bytes]:
+    """(the site's base URL, post id) -> the Status as JSON, for ACCOUNT_SECONDS: a post never changes (a deleted
+    one is no longer read), its author's counts lag as the account cache's do."""
+    return TtlMap(ACCOUNT_SECONDS, MAX_STATUSES)
 
 
 def site(request: HTTPConnection) -> Site:
@@ -90,6 +97,35 @@ async def statuses(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict
 
 async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list[dict[str, Any]]:
     return await notifications_for(request.app.state.mastodon_accounts, db, rows, site(request))
+
+
+async def status_json(request: Request, db: Conn, rows: Sequence[Row]) -> list[bytes]:
+    """The Statuses of posts rows as JSON, in their order: the page reads of the home timeline and of an account
+    reuse the bytes of a post another reader's page serialized less than ACCOUNT_SECONDS ago."""
+    cache: TtlMap[tuple[str, int], bytes] = request.app.state.mastodon_statuses
+    here = site(request)
+    found: dict[int, bytes] = {}
+    missing = []
+    for row in rows:
+        cached = cache.get((here.base, int(row["id"])))
+        if cached is None:
+            missing.append(row)
+        else:
+            found[int(row["id"])] = cached
+    for status in await statuses_for(request.app.state.mastodon_accounts, db, missing, here):
+        body = orjson.dumps(status)
+        cache.put((here.base, int(status["id"])), body)
+        found[int(status["id"])] = body
+    return [found[int(r["id"])] for r in rows if int(r["id"]) in found]
+
+
+def status_listing(request: Request, params: Params, asked: paging.Range, ids: Sequence[int], parts: list[bytes],
+                   more: bool) -> Response:
+    """A page of Statuses already serialized (status_json), newest first, with its Link header."""
+    link = pages.link(f"{site(request).base}{request.url.path}", params, asked, ids[0] if ids else None,
+                      ids[-1] if ids else None, more)
+    return Response(b"[" + b",".join(parts) + b"]", media_type="application/json",
+                    headers={"Link": link} if link else None)
 
 
 def listing(request: Request, params: Params, asked: paging.Range, items: list[dict[str, Any]],
