@@ -178,8 +178,8 @@ async def _streams(port: int, api_pid: int, args: argparse.Namespace) -> dict[st
                "posts": len(committed), "posts_per_s": len(committed) / sent, "deliveries": len(expected),
                "missed": missed, **{f"latency_ms_{k}": v for k, v in stats.summary(latencies).items()}}
     print(f"streams: {len(committed)} posts at {summary['posts_per_s']:.0f}/s, {len(expected)} deliveries, "
-          f"{missed} missed; commit -> client update p50 {stats.percentile(latencies, 50):.1f} ms, p99 "
-          f"{stats.percentile(latencies, 99):.1f} ms, max {max(latencies):.1f} ms", flush=True)
+          f"{missed} missed; commit -> client update p50 {stats.percentile(latencies, 0.5):.1f} ms, p99 "
+          f"{stats.percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms", flush=True)
     return summary
 
 
@@ -197,7 +197,9 @@ def streams_part(res: infra.Resources, args: argparse.Namespace) -> dict[str, An
     res.start("relay", ["relay"], env)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         infra.wait_ready(client)
-    worker_pid = eventually(lambda: next(iter(children_of(api.pid)), None), timeout=30, what="the api worker")
+    # granian's worker: the largest child of the api (its others are multiprocessing's helpers)
+    worker_pid = eventually(lambda: max(children_of(api.pid), key=_rss_kib, default=None), timeout=30,
+                            what="the api worker")
     return asyncio.run(_streams(port, worker_pid, args))
 
 

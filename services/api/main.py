@@ -122,7 +122,8 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
     try:
         with _metrics_port(api, scrape_registry(CollectorRegistry())):  # the sum of the workers' files
             if api.server == "granian":
-                _serve_granian(host, port, api.workers, websockets=api.mastodon_api)
+                _serve_granian(host, port, api.workers, websockets=api.mastodon_api,
+                               streams=api.streams_max if api.mastodon_api else 0)
             else:
                 uvicorn.run(WORKER_APP, factory=True, host=host, port=port, workers=api.workers,
                             **_SERVER_OPTIONS)  # type: ignore[arg-type]
@@ -132,6 +133,7 @@ def _run_workers(host: str, port: int, api: ApiSettings) -> None:
 
 
 WORKER_APP = "services.api.main:worker_app"
+_GRANIAN_BACKLOG: Final = 1024  # granian's default
 GRANIAN_APP = "services.api.main:granian_app"
 _PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 
@@ -146,10 +148,12 @@ def _end_with_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _serve_granian(host: str, port: int, workers: int, *, websockets: bool) -> None:
+def _serve_granian(host: str, port: int, workers: int, *, websockets: bool, streams: int) -> None:
     """granian's supervisor of `workers` processes serving worker_app over HTTP/1.1 (what the api speaks behind a
     proxy); a worker that dies is started again, and a stop gives in-flight requests GRACE_SECONDS. WebSockets only
-    for the Mastodon layer's live stream (WALFEED_MASTODON_API, docs/mastodon.md)."""
+    for the Mastodon layer's live stream (WALFEED_MASTODON_API, docs/mastodon.md), whose `streams` open
+    connections each worker admits on top of granian's own concurrency (its backpressure, backlog / workers): a
+    held stream is a request in progress to granian (docs/adr/0140)."""
     # Fresh worker processes, as uvicorn's: forked ones would inherit this process's threads and prometheus_client
     # imported before PROMETHEUS_MULTIPROC_DIR was set (their values in memory, not in the directory's files).
     multiprocessing.set_start_method("spawn", force=True)
@@ -157,6 +161,7 @@ def _serve_granian(host: str, port: int, workers: int, *, websockets: bool) -> N
     handlers = logging.getLogger().handlers[:]
     server = Granian(GRANIAN_APP, factory=True, address=host, port=port, interface=Interfaces.ASGI, workers=workers,
                      loop=Loops.auto, http=HTTPModes.http1, websockets=websockets, log_access=False,
+                     backpressure=_GRANIAN_BACKLOG // workers + streams, backlog=_GRANIAN_BACKLOG,
                      log_dictconfig=_GRANIAN_LOGS, respawn_failed_workers=True, workers_kill_timeout=GRACE_SECONDS)
     logging.getLogger().handlers[:] = handlers  # granian configured logging: ours again
     logging.getLogger().setLevel(level)
