@@ -25,12 +25,18 @@ class Stack:
 
 
 @pytest.fixture
-def stack(processes: Processes) -> Iterator[Stack]:
+def api_env() -> dict[str, str]:
+    """Settings of the api process beyond the test environment's (a test module may override this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def stack(processes: Processes, api_env: dict[str, str]) -> Iterator[Stack]:
     port = free_port()
     quiet = {"WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_NOTIFIER_METRICS_PORT": "0",
              "WALFEED_WORKER_METRICS_PORT": "0", "WALFEED_CELEBRITY_THRESHOLD": str(THRESHOLD),
              "WALFEED_MASTODON_STREAM_HEARTBEAT": "1"}
-    processes.start("api", "api", "--port", str(port), env=quiet)
+    processes.start("api", "api", "--port", str(port), env={**quiet, **api_env})
     for name in ("relay", "worker", "notifier"):
         processes.start(name, name, env=quiet)
     base = f"http://127.0.0.1:{port}"
