@@ -91,10 +91,16 @@ async def session(request: Request, token: str) -> AsyncIterator[tuple[store.Con
 @asynccontextmanager
 async def write_session(request: Request, token: str) -> AsyncIterator[tuple[store.Conn, int]]:
     """A session whose caller is within the per-user write limit (429 otherwise)."""
-    async with session(request, token) as (db, me):
-        await throttle(request, db, request.app.state.api_settings.write_limit, str(me))
+    async with session(request, token) as (db, me), within_write_limit(request, db, me):
         yield db, me
-        await written(request, db, me)
+
+
+@asynccontextmanager
+async def within_write_limit(request: Request, db: store.Conn, me: int) -> AsyncIterator[None]:
+    """Around a write of `me`'s: the per-user write limit first (429 over it), the replica bookkeeping after."""
+    await throttle(request, db, request.app.state.api_settings.write_limit, str(me))
+    yield
+    await written(request, db, me)
 
 
 async def written(request: Request, db: store.Conn, user: int) -> None:

@@ -16,7 +16,7 @@ from starlette.requests import HTTPConnection
 
 from services.api import oauth, readafter, tokens
 from services.api import store as api_store
-from services.api.deps import database, database_errors, throttle, written
+from services.api.deps import database, database_errors, within_write_limit
 from services.api.mastodon import store
 from services.api.mastodon.errors import MastodonError, unauthorized
 from services.api.replica import Replica
@@ -101,10 +101,8 @@ async def session(request: Request, scope: str) -> AsyncIterator[tuple[api_store
 @asynccontextmanager
 async def write_session(request: Request, scope: str) -> AsyncIterator[tuple[api_store.Conn, int]]:
     """As session, within the per-user write limit (the api's own, shared with /v1 writes)."""
-    async with session(request, scope) as (db, me):
-        await throttle(request, db, request.app.state.api_settings.write_limit, str(me))
+    async with session(request, scope) as (db, me), within_write_limit(request, db, me):
         yield db, me
-        await written(request, db, me)
 
 
 async def read(request: Request, scope: str, work: Callable[[api_store.Conn, int], Awaitable[T]]) -> T:

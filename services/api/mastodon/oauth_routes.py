@@ -190,7 +190,10 @@ _FIELDS: Final = ("client_id", "redirect_uri", "scope", "state", "code_challenge
                   "response_type")
 
 
-async def _authorization(db: Conn, params: Params) -> tuple[Row, str, frozenset[str], tuple[str | None, str | None]]:
+_Authorization = tuple[Row, str, frozenset[str], tuple[str | None, str | None]]  # app, redirect, scopes, PKCE
+
+
+async def _authorization(db: Conn, params: Params) -> _Authorization:
     app = None
     client_id = params.text("client_id", 200)
     if client_id is not None:
@@ -226,27 +229,33 @@ def _form(params: Params, app: Row, scopes: frozenset[str], message: str | None 
         '<button type="submit">Authorize</button></form>'), status)
 
 
-@router.get("/oauth/authorize")
-@router.get("/oauth/authorize/")
-async def authorize_page(request: Request) -> Response:
+async def _asked(request: Request) -> tuple[Params, _Authorization] | Response:
+    """The authorization request's parameters and what they ask for, or the page saying why not."""
     params = await gather(request)
     try:
         async with database(request) as db:
-            app, _, scopes, _ = await _authorization(db, params)
+            return params, await _authorization(db, params)
     except OAuthError as exc:
         return _page("Authorization failed", f"<p>{html.escape(exc.description)}</p>", exc.status)
+
+
+@router.get("/oauth/authorize")
+@router.get("/oauth/authorize/")
+async def authorize_page(request: Request) -> Response:
+    asked = await _asked(request)
+    if isinstance(asked, Response):
+        return asked
+    params, (app, _, scopes, _) = asked
     return _form(params, app, scopes)
 
 
 @router.post("/oauth/authorize")
 @router.post("/oauth/authorize/")
 async def authorize(request: Request) -> Response:
-    params = await gather(request)
-    try:
-        async with database(request) as db:
-            app, redirect, scopes, (challenge, method) = await _authorization(db, params)
-    except OAuthError as exc:
-        return _page("Authorization failed", f"<p>{html.escape(exc.description)}</p>", exc.status)
+    asked = await _asked(request)
+    if isinstance(asked, Response):
+        return asked
+    params, (app, redirect, scopes, (challenge, method)) = asked
     user = await _check_password(request, params.text("username", 400), params.text("password", 10_000))
     if user is None:
         return _form(params, app, scopes, "Invalid username or password.", 401)

@@ -13,6 +13,7 @@ import pytest
 
 from testkit.processes import Processes, free_port
 from testkit.waiting import eventually
+from tests.integration.api.conftest import api_url, client  # noqa: F401 - the in-process api's fixtures
 
 THRESHOLD = 2  # followers that make an author a celebrity: their posts are pulled into timelines at read time
 PASSWORD = "correct horse battery staple"
@@ -22,6 +23,17 @@ PASSWORD = "correct horse battery staple"
 class Stack:
     base: str
     api: httpx.Client
+
+
+@pytest.fixture
+def base(api_url: str) -> str:  # noqa: F811 - the fixture imported above
+    """The api served in this process (tests/integration/api/conftest.py), for the tests without the pipeline."""
+    return api_url
+
+
+@pytest.fixture
+def api(client: httpx.Client) -> httpx.Client:  # noqa: F811
+    return client
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ process on a real socket (tests/integration/api/conftest.py), on the test's own 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -15,25 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mastodon import Mastodon, MastodonAPIError, MastodonIllegalArgumentError, MastodonUnauthorizedError
 
-from services.api.app import create_app
-from services.core.settings import Settings
-from tests.integration.api.conftest import MAX_BODY, TEST_API, serve
+from tests.integration.api.conftest import MAX_BODY
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture
-def base(settings: Settings) -> Iterator[str]:
-    with serve(create_app(settings, TEST_API)) as url:
-        yield url
-
-
-@pytest.fixture
-def api(base: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base, timeout=30) as client:
-        yield client
 
 
 def _errors(reply: httpx.Response, status: int) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -18,25 +17,13 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
 from services.core.settings import Settings
-from tests.integration.api.conftest import TEST_API, serve
+from tests.integration.api.conftest import serve
 from tests.integration.mastodon.conftest import read_page
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "https://app.example/callback"
-
-
-@pytest.fixture
-def base(settings: Settings) -> Iterator[str]:
-    with serve(create_app(settings, TEST_API)) as url:
-        yield url
-
-
-@pytest.fixture
-def api(base: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base, timeout=30) as client:
-        yield client
 
 
 def _account(api: httpx.Client, handle: str, password: str | None = PASSWORD) -> dict[str, Any]:
