@@ -22,7 +22,8 @@ from services.core.settings import Env, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
 PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
-AMQP_PROCESSES: Final = ("relay", "worker", "notifier", "delivery")  # the api does not talk to the broker
+# the api reads events for the Mastodon live stream only (services/api/mastodon/feed.py, docs/adr/0140)
+AMQP_PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
@@ -120,6 +121,9 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     notifier: as the worker, on its own queues and settle exchange; and declare (configure) and bind (write) the
     delivery work queues, which it never reads: the delivery events it writes must never be unroutable (ADR 0080).
     delivery: the same for both channels' queues and the deliveries settle exchange (docs/adr/0081).
+    api: declare the events exchange (configure, as every process that binds there) and its live-stream queues
+    `{prefix}.stream.<hex>` (configure); bind them (write on the queue, read on the events exchange) and consume
+    them (read); publish nothing (docs/adr/0140).
     With quorum queues (docs/adr/0090) a delivery work queue dead-letters into its dead queue through the deliveries
     settle exchange, and the broker lets a process declare it so only with read on the queue and write on that
     exchange: the notifier gets both (it still never consumes them).
@@ -129,7 +133,10 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     work = [t.delivery_queue(channel) for channel in DELIVERY_CHANNELS]
     deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
     dead_lettering = [t.delivery_settle_exchange, *work] if queue_type == queues.QUORUM else []
+    stream = re.escape(t.stream_queue_prefix) + r"[0-9a-f]+"  # the api processes' queues (feed.py)
     return {
+        "api": Permissions(configure=f"^({re.escape(t.events_exchange)}|{stream})$", write=f"^{stream}$",
+                           read=f"^({re.escape(t.events_exchange)}|{stream})$"),
         "relay": Permissions(configure=_exactly(t.events_exchange, t.grouped_exchange),
                              write=_exactly(t.events_exchange, t.grouped_exchange), read=NOTHING),
         "worker": Permissions(

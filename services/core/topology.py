@@ -69,6 +69,12 @@ class Topology:
         return f"{self.prefix}.fanout"
 
     @property
+    def stream_queue_prefix(self) -> str:
+        """Each api process's live-stream queue is this and random hex (services/api/mastodon/feed.py, ADR 0140):
+        exclusive, auto-delete, bound to post and follow events on the events exchange."""
+        return f"{self.prefix}.stream."
+
+    @property
     def retry_queue(self) -> str:
         return f"{self.prefix}.fanout.retry"
 

@@ -78,6 +78,15 @@ def test_amqp_permissions_cover_exactly_each_process_names() -> None:
     assert [n for n in everything if _allows(worker.read, n)] == own
 
 
+def test_the_api_user_may_only_read_events_through_its_stream_queues() -> None:
+    api = amqp_permissions(Topology("wf"))["api"]
+    names = ["wf.events", "wf.stream.0a1b2c3d4e5f6a7b", "wf.stream.", "wf.stream.x", "wf.fanout", "wf.events.grouped",
+             "amq.default", "other.stream.0a1b", "wf.stream.0a1b.dead"]
+    assert [n for n in names if _allows(api.configure, n)] == ["wf.events", "wf.stream.0a1b2c3d4e5f6a7b"]
+    assert [n for n in names if _allows(api.read, n)] == ["wf.events", "wf.stream.0a1b2c3d4e5f6a7b"]
+    assert [n for n in names if _allows(api.write, n)] == ["wf.stream.0a1b2c3d4e5f6a7b"]  # binds; publishes nowhere
+
+
 def test_the_delivery_user_may_use_only_its_queues_and_settle_exchange() -> None:
     t = Topology("wf")
     delivery = amqp_permissions(t)["delivery"]
@@ -102,7 +111,8 @@ def test_each_process_gets_its_own_credentials_and_none_of_the_bootstrap_secrets
         "acme_worker", PASSWORDS["WALFEED_WORKER_DB_PASSWORD"], "db", "walfeed")
     assert worker["WALFEED_AMQP_URL"] == f"amqp://acme_worker:{PASSWORDS['WALFEED_WORKER_AMQP_PASSWORD']}@mq:5672/%2F"
     api = process_environ(environ, "postgresql:///walfeed", "amqp://guest:guest@mq:5672/%2F", roles, "api")
-    assert api["WALFEED_AMQP_URL"] == "amqp://mq:5672/%2F"  # the api never connects to the broker
+    # the api's own broker user, for the Mastodon live stream's queues (docs/adr/0140)
+    assert api["WALFEED_AMQP_URL"] == f"amqp://acme_api:{PASSWORDS['WALFEED_API_AMQP_PASSWORD']}@mq:5672/%2F"
 
 
 def test_credentials_and_vhosts_are_url_encoded() -> None:

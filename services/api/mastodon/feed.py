@@ -107,7 +107,7 @@ class LiveFeed:
             try:
                 channel = connection.channel()
                 amqp.declare_events_exchange(channel, topology)
-                queue = f"{self._settings.amqp_prefix}.stream.{uuid.uuid4().hex[:16]}"
+                queue = topology.stream_queue_prefix + uuid.uuid4().hex[:16]
                 channel.queue_declare(queue, exclusive=True, auto_delete=True,
                                       arguments={"x-max-length": QUEUE_MAX, "x-overflow": "drop-head"})
                 for key in KEYS:
