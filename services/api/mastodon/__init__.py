@@ -43,4 +43,5 @@ def live_feed(app: FastAPI, settings: Settings, pool: Pool, options: str) -> Liv
     stops it."""
     feed = LiveFeed(settings, pool, app.state.mastodon_accounts, Hub(), options)
     app.state.mastodon_feed = feed
+    feed.end_streams_on_sigterm()
     return feed

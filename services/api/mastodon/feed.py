@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import threading
 import uuid
+from types import FrameType
 from typing import Any, Final
 
 import orjson
@@ -65,9 +67,13 @@ class LiveFeed:
         self._listener_up = asyncio.Event()
         self._connection: pika.BlockingConnection | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._previous_sigterm: Any = None
 
     async def ready(self) -> bool:
         """Start the sources on first use; True once both are up (within READY_SECONDS)."""
+        if self._closing:
+            return False
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._consume, name="walfeed-stream-feed", daemon=True)
@@ -79,7 +85,36 @@ class LiveFeed:
                 await self._listener_up.wait()
         return self._broker_up.is_set() and self._listener_up.is_set()
 
+    def stopping(self) -> None:
+        """The process was told to stop (SIGTERM): end every open stream now, so that the server's graceful stop
+        does not wait its whole grace period for connections that never finish by themselves; new streams are
+        refused from here on."""
+        self._closing = True
+        self._end_all()
+
+    def end_streams_on_sigterm(self) -> None:
+        """SIGTERM ends the open streams at once, then does what it did before (the server's graceful stop, which
+        held streams would otherwise keep waiting for its whole grace period). Undone by stop()."""
+        loop = asyncio.get_running_loop()
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing is open any more
+                loop.call_soon_threadsafe(self.stopping)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.raise_signal(signal.SIGTERM)
+
+        with contextlib.suppress(ValueError):  # not the main thread (an app served in a test's thread)
+            signal.signal(signal.SIGTERM, on_sigterm)
+            self._previous_sigterm = previous
+
     async def stop(self) -> None:
+        if self._previous_sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
         self._stopping.set()
         connection = self._connection
         if connection is not None:

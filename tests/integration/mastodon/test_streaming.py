@@ -5,13 +5,16 @@ never by polling the database per client."""
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from typing import Any
 
 import httpx
 import pytest
 from mastodon import Mastodon, StreamListener
 
+from testkit.processes import Processes
 from testkit.waiting import eventually
 from tests.integration.mastodon.conftest import PASSWORD, SignUp, Stack
 
@@ -82,3 +85,19 @@ def test_stream_user_receives_updates_notifications_and_deletes(stack: Stack, si
     finally:
         handle.close()
     eventually(lambda: _streams(stack) == 0, timeout=30, what="the closed stream released")
+
+
+def test_a_stop_ends_the_open_streams_at_once_instead_of_waiting_out_the_grace_period(
+        stack: Stack, signup: SignUp, processes: Processes) -> None:
+    signup("reader")
+    heard = Recorder()
+    handle = _login(stack, "reader").stream_user(heard, run_async=True, reconnect_async=False)
+    try:
+        eventually(lambda: heard.heartbeats > 0, timeout=30, what="the stream open")
+        api = next(p for p in processes.all if p.name == "api")
+        started = time.monotonic()
+        assert api.stop(signal.SIGTERM, timeout=10) == 0  # the grace period for requests is 20 s
+        assert time.monotonic() - started < 10
+        eventually(lambda: not handle.is_receiving(), timeout=10, what="the client saw its stream end")
+    finally:
+        handle.close()
