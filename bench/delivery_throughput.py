@@ -36,9 +36,10 @@ from psycopg import sql
 
 from bench.lib import proc
 from services.core import events as ev
+from services.core import signing
 from services.core.migrate import apply_schema
 from services.core.topology import Topology
-from services.delivery import broker, payload, signing
+from services.delivery import broker, payload
 from testkit import resources
 from testkit.processes import free_port
 from testkit.waiting import eventually
