@@ -28,7 +28,7 @@ from services.consumer.broker import DEAD_MAX_LENGTH, EventQueues
 from services.consumer.connection import Channel, Connection
 from services.consumer.messages import Delivery, Message, Part, Result
 from services.consumer.retry import RetryPolicy
-from services.consumer.session import Session
+from services.consumer.session import Session, Started
 from services.consumer.settings import ConsumerSettings
 from services.consumer.settler import Counters
 from services.core import queues, tracecontext, tracing
@@ -81,7 +81,7 @@ def session(connection: Connection, consumer_queues: ConsumerQueues, work: Work,
                    counters=Counters(dead_queue_full=metrics.DEAD_QUEUE_FULL.inc))
 
 
-class Batches:
+class Batches(Started):
     """The strategy: batches of what is ready on the batch threads, large fan-outs on their own."""
 
     def __init__(self, work: Work, batches: Executor, large: Executor | None, limits: Limits,
@@ -91,19 +91,10 @@ class Batches:
         self._large = large
         self._limits = limits
         self._traces = traces  # a process span per batch when tracing (docs/adr/0072)
-        self._session: Session | None = None
         # Touched by the connection thread only. Batches and large fan-outs not settled yet, by the first delivery
         # tag they hold (a tag is in one at a time).
         self._tasks: dict[int, tuple[Future[None], list[Delivery]]] = {}
         self._running_batches = 0
-
-    @property
-    def _s(self) -> Session:
-        assert self._session is not None, "not started"
-        return self._session
-
-    def start(self, session: Session) -> None:
-        self._session = session
 
     def describe(self) -> Mapping[str, object]:
         return {"batch_size": self._limits.batch_size}

@@ -22,7 +22,7 @@ from typing import Generic, Protocol, TypeVar
 
 from services.consumer.messages import Delivery
 from services.consumer.outcomes import REQUEUE, Ack, Dead, Hop, Large, Outcome, Requeue, Retry
-from services.consumer.session import Session
+from services.consumer.session import Started
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,11 @@ class Steps(Protocol[A, T]):
         """Connection thread: the outcomes of the tries, in order."""
 
 
-class ConnectionThread(Generic[A, T]):
+class ConnectionThread(Started, Generic[A, T]):
     def __init__(self, steps: Steps[A, T], pool: Executor, concurrency: int) -> None:
         self._steps = steps
         self._pool = pool
         self._concurrency = concurrency
-        self._session: Session | None = None
         # Touched by the connection thread only. Admitted, not concluded yet: at most `concurrency` sending on the
         # pool's threads, as many again admitted ahead.
         self._running: dict[int, tuple[Future[None], Delivery]] = {}
@@ -60,14 +59,6 @@ class ConnectionThread(Generic[A, T]):
         self._lock = threading.Lock()
         self._finished: list[tuple[Delivery, T]] = []
         self._wake_pending = False
-
-    @property
-    def _s(self) -> Session:
-        assert self._session is not None, "not started"
-        return self._session
-
-    def start(self, session: Session) -> None:
-        self._session = session
 
     def describe(self) -> Mapping[str, object]:
         return {"concurrency": self._concurrency}

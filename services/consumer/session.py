@@ -58,6 +58,20 @@ class Strategy(Protocol):
         """What the "consuming" log line says of the strategy."""
 
 
+class Started:
+    """What every strategy does with `start`: keep its session (the base of the runtime's strategies)."""
+
+    _session: Session | None = None
+
+    def start(self, session: Session) -> None:
+        self._session = session
+
+    @property
+    def _s(self) -> Session:
+        assert self._session is not None, "not started"
+        return self._session
+
+
 class Session:
     """One connection's consumer. `run` returns after `stopping` is set and every message taken is settled or
     returned; it raises pika's errors when the connection is lost (the caller, services/core/amqp.py `consume`,
