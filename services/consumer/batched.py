@@ -67,14 +67,13 @@ def retry_of(settings: ConsumerSettings) -> RetryPolicy:
     return RetryPolicy(settings.max_attempts, settings.retry_base, settings.retry_cap)
 
 
-def session(connection: Connection, consumer_queues: ConsumerQueues, work: Work, batches: Executor,
-            large: Executor | None, limits: Limits, stopping: threading.Event,
-            traces: tracing.Tracing = tracing.DISABLED, *,
+def session(connection: Connection, consumer_queues: ConsumerQueues, work: Work, batches: Executor, limits: Limits,
+            stopping: threading.Event, traces: tracing.Tracing = tracing.DISABLED, *, large: Executor | None = None,
             also: Callable[[Channel], None] | None = None) -> Session:
     """The Session of a consumer of the events exchange on `consumer_queues`: `work` on the `batches` threads,
-    its Large outcomes on the `large` ones (None: it answers none). `also`: what else to declare on each connection
-    (services/consumer/broker.py EventQueues). main.run hands it a connection and thread pools; unit tests hand it
-    testkit/broker.py's stand-ins."""
+    its Large outcomes on the `large` ones (None: it answers none; one would be returned to its queue). `also`:
+    what else to declare on each connection (services/consumer/broker.py EventQueues). main.run hands it a
+    connection and thread pools; unit tests hand it testkit/broker.py's stand-ins."""
     route = EventQueues(consumer_queues, limits.dead_max_length, limits.queue_type, also)
     return Session(connection, route, Batches(work, batches, large, limits, traces), stopping,
                    prefetch=limits.prefetch, park_ms=limits.park_ms,

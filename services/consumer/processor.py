@@ -39,12 +39,13 @@ def classify(body: bytes, attempt: int, types: Collection[str] = FANOUT_TYPES,
 
 
 class Processor:
-    def __init__(self, apply: Apply, fan_out_large: FanOutLarge | None, retry: RetryPolicy,
+    def __init__(self, apply: Apply, retry: RetryPolicy, *, large: FanOutLarge | None = None,
                  types: Collection[str] = FANOUT_TYPES, kind: str = "fan-out") -> None:
-        """`fan_out_large`: None for a consumer whose `apply` never answers LARGE_LABEL (all but the fan-out worker).
-        `types`: the event types it handles (any other is dead-lettered as malformed), named `kind` in the reason."""
+        """`apply`: the consumer's handler; `retry`: its policy. `large`: what goes on with an event `apply` answered
+        LARGE_LABEL for (the fan-out worker's large audiences; no other consumer has one). `types`: the event types
+        it handles (any other is dead-lettered as malformed), named `kind` in the reason."""
         self._apply = apply
-        self._fan_out_large = fan_out_large
+        self._fan_out_large = large
         self._retry = retry
         self._types = types
         self._kind = kind

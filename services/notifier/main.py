@@ -38,7 +38,7 @@ def run(settings: Settings) -> int:
     pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier",
                      options=PLAN_EACH_BATCH)  # as the worker's, for the same reason
     pool.open()
-    processor = Processor(Effects(pool, settings_of.author).apply, None, batched.retry_of(notifier))
+    processor = Processor(Effects(pool, settings_of.author).apply, batched.retry_of(notifier))
     limits = batched.limits_of(notifier, settings.amqp_queue_type)
     # The delivery queues first, on every connection: the delivery events it writes are never unroutable.
     deliveries = partial(declare_delivery_queues, topology=topology, queue_type=settings.amqp_queue_type)
@@ -49,8 +49,8 @@ def run(settings: Settings) -> int:
     try:
         with ThreadPoolExecutor(notifier.concurrency, thread_name_prefix="batch") as batches:
             code = consume(settings.amqp_url, "walfeed-notifier", stopping,
-                           lambda conn: batched.session(conn, topology.notifier, processor, batches, None, limits,
-                                                        stopping, also=deliveries),
+                           lambda conn: batched.session(conn, topology.notifier, processor, batches, limits, stopping,
+                                                        also=deliveries),
                            f"a queue exists with other arguments than the notifier declares (an older walfeed, or "
                            f"another {config.PREFIX}_DEAD_MAX_LENGTH): drain and delete it, or set the setting to "
                            "match; see README 'Upgrading'")

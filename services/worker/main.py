@@ -35,7 +35,7 @@ def run(settings: Settings) -> int:
                      name="walfeed-worker", options=PLAN_EACH_BATCH)
     pool.open()
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
-    processor = Processor(effects.apply, effects.fan_out_large, batched.retry_of(worker))
+    processor = Processor(effects.apply, batched.retry_of(worker), large=effects.fan_out_large)
     limits = batched.limits_of(worker, settings.amqp_queue_type)
     log.info("worker starting", extra={"concurrency": worker.concurrency, "batch_size": worker.batch_size,
                                        "prefetch": worker.prefetch, "max_attempts": worker.max_attempts,
@@ -45,8 +45,8 @@ def run(settings: Settings) -> int:
                 ThreadPoolExecutor(worker.large_concurrency, thread_name_prefix="large") as large:
             code = consume(
                 settings.amqp_url, "walfeed-worker", stopping,
-                lambda conn: batched.session(conn, topology.fanout, processor, batches, large, limits, stopping,
-                                             traces),
+                lambda conn: batched.session(conn, topology.fanout, processor, batches, limits, stopping, traces,
+                                             large=large),
                 "a queue exists with other arguments than this worker declares (an older walfeed, or another "
                 "WALFEED_WORKER_DEAD_MAX_LENGTH): drain and delete it, or set the setting to match; see README "
                 "'Upgrading'")

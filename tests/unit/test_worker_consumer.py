@@ -62,8 +62,8 @@ class Worker:
         self.stopping = threading.Event()
         self.batches, self.large = ManualExecutor(), ManualExecutor()
         self.effects = FakeEffects(should_stop=self.stopping.is_set)
-        self.processor = Recording(Processor(self.effects.apply, self.effects.fan_out_large,
-                                             RetryPolicy(max_attempts, 0.1, 1.0)))
+        self.processor = Recording(Processor(self.effects.apply, RetryPolicy(max_attempts, 0.1, 1.0),
+                                             large=self.effects.fan_out_large))
         self.limits = Limits(batch_size, batches, prefetch, park_ms=5000, dead_max_length=dead_max_length)
         broker.declare(StubConnection(self.broker).channel(), TOPOLOGY.fanout, dead_max_length)
         self.conn = StubConnection(self.broker)
@@ -93,8 +93,8 @@ class Worker:
                 steps.popleft()()
 
         self.conn = StubConnection(self.broker, [self.batches, self.large], on_idle)
-        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits,
-                               self.stopping)
+        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.limits, self.stopping,
+                               large=self.large)
 
     def run(self, then: Sequence[Callable[[], None]] = ()) -> StubChannel:
         self.session(then).run()
@@ -246,8 +246,8 @@ def test_a_lost_connection_leaves_the_batch_to_the_broker_which_delivers_it_agai
 def test_declaring_over_a_queue_with_other_arguments_fails_as_rabbitmq_does() -> None:
     w = Worker(dead_max_length=10)
     other = Limits(10, 1, 100, dead_max_length=20)
-    session = batched.session(StubConnection(w.broker), TOPOLOGY.fanout, w.processor, w.batches, w.large, other,
-                              w.stopping)
+    session = batched.session(StubConnection(w.broker), TOPOLOGY.fanout, w.processor, w.batches, other, w.stopping,
+                              large=w.large)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failure:
         session.run()
     assert failure.value.reply_code == 406

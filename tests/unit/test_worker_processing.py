@@ -30,7 +30,7 @@ def effects() -> FakeEffects:
 
 @pytest.fixture
 def processor(effects: FakeEffects) -> Processor:
-    return Processor(effects.apply, effects.fan_out_large, RetryPolicy(3, 0.1, 1.0))
+    return Processor(effects.apply, RetryPolicy(3, 0.1, 1.0), large=effects.fan_out_large)
 
 
 def test_a_failing_message_is_isolated_and_its_neighbours_are_acked(effects: FakeEffects,
@@ -92,7 +92,7 @@ def test_a_large_fan_out_that_raises_is_retried_with_the_next_attempt() -> None:
         raise RuntimeError("a bug in the chunk loop")
 
     large = post_created(99)
-    processor = Processor(FakeEffects(large_posts={99}).apply, broken, RetryPolicy(3, 0.1, 1.0))
+    processor = Processor(FakeEffects(large_posts={99}).apply, RetryPolicy(3, 0.1, 1.0), large=broken)
     result = processor.large(message(large, attempt=1), large)
     assert isinstance(result.outcome, Retry) and result.outcome.attempt == 2
     assert result.outcome.reason == "RuntimeError: a bug in the chunk loop"
@@ -107,7 +107,7 @@ def test_a_duplicate_message_in_one_batch_gets_the_same_outcome(processor: Proce
 def test_a_database_outage_retries_every_message_without_spending_attempts(effects: FakeEffects) -> None:
     events = [post_created(1), post_created(2)]
     effects.unavailable = True
-    processor = Processor(effects.apply, effects.fan_out_large, RetryPolicy(2, 0.1, 1.0))
+    processor = Processor(effects.apply, RetryPolicy(2, 0.1, 1.0), large=effects.fan_out_large)
     results = processor.batch([message(e, attempt=2) for e in events])
     assert effects.calls == [[e.id for e in events]]  # not isolated one by one: no message is to blame
     assert all(isinstance(r.outcome, Retry) and r.outcome.attempt == 2 for r in results)  # attempt 2 of 2: not dead

@@ -31,8 +31,8 @@ class TracedWorker(Worker):
 
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         super().session(then)  # the stub connection, with its idle steps
-        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits,
-                               self.stopping, self.traces)
+        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.limits, self.stopping,
+                               self.traces, large=self.large)
 
     def publish_traced(self, body: bytes, message_id: str, trace: str | None) -> None:
         props = pika.BasicProperties(message_id=message_id, type=ev.POST_CREATED, content_type="application/json",

@@ -72,7 +72,7 @@ def test_one_batch_of_mixed_events_and_a_poison_converges_and_fails_the_poison_a
     pool.open()
     try:
         effects = Effects(pool, 10_000)
-        processor = Processor(effects.apply, effects.fan_out_large, RetryPolicy(3, 0.05, 0.1))
+        processor = Processor(effects.apply, RetryPolicy(3, 0.05, 0.1), large=effects.fan_out_large)
         results = processor.batch([Message(ev.encode(e), None) for e in batch])
     finally:
         pool.close()

@@ -88,7 +88,7 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     pool.open()
     effects = Effects(pool, 10_000, **effects_kw)
     handler = FlakyHandler(effects, failures)
-    processor = Processor(handler, effects.fan_out_large, RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
+    processor = Processor(handler, RetryPolicy(max_attempts=4, base=0.05, cap=0.1), large=effects.fan_out_large)
 
     stopping = threading.Event()
     params = pika.URLParameters(infra.amqp_url)
@@ -97,8 +97,8 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     with ThreadPoolExecutor(2) as batches, ThreadPoolExecutor(1) as large:
         recorded = Recorded(processor, handler, slow)
         recorded.crashes = crashes
-        session = batched.session(conn, topology.fanout, recorded, batches, large,
-                          Limits(batch_size=10, batches=2, prefetch=20), stopping)
+        session = batched.session(conn, topology.fanout, recorded, batches,
+                                  Limits(batch_size=10, batches=2, prefetch=20), stopping, large=large)
         thread = threading.Thread(target=session.run)
         thread.start()
         try:
