@@ -13,11 +13,13 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from services.consumer import outbox
-from services.consumer.outcomes import Unavailable, reason_text
+from services.consumer.outcomes import Expected, Poison, Unavailable, reason_text
 from services.core import events as ev
 
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")
+
+DUPLICATE: Final = "duplicate"  # what a consumer did with an event it had processed already: nothing
 
 # The outbox rows of the batch's events as this transaction sees them (an id missing: not visible yet, or forged)
 # and whether this consumer processed them. Taken after the consumer's locks, so a duplicate that committed
@@ -72,6 +74,24 @@ def known_events(conn: Conn, consumer: str, events: Iterable[ev.Event]) -> dict[
     no visible outbox row."""
     rows = conn.execute(KNOWN_EVENTS, {"consumer": consumer, "ids": list({e.id for e in events})}).fetchall()
     return {r["id"]: outbox.Known(r["type"], orjson.loads(r["payload"]), r["processed"]) for r in rows}
+
+
+def real_and_new(conn: Conn, consumer: str, unique: list[ev.Event],
+                 done: dict[ev.Event, str | Expected | Poison]) -> list[ev.Event]:
+    """The events of a batch that are real and that `consumer` has not processed, in order (docs/adr/0022); the
+    others get their outcome in `done`: the failure outbox.check finds, or DUPLICATE. In the caller's transaction,
+    after its locks (a duplicate committed meanwhile is seen)."""
+    known = known_events(conn, consumer, unique)
+    real = []
+    for event in unique:
+        failure = outbox.check(event, known.get(event.id))
+        if failure is not None:
+            done[event] = failure
+        elif known[event.id].processed:
+            done[event] = DUPLICATE
+        else:
+            real.append(event)
+    return real
 
 
 def mark_processed(conn: Conn, consumer: str, event_ids: list[uuid.UUID]) -> None:

@@ -19,7 +19,7 @@ from typing import Final
 from psycopg_pool import ConnectionPool
 
 from services.consumer import outbox
-from services.consumer.outbox_db import Conn, apply_batch, known_events, mark_processed
+from services.consumer.outbox_db import Conn, apply_batch, mark_processed, real_and_new
 from services.consumer.outcomes import Expected, Poison
 from services.core import events as ev
 from services.notifier import mentions
@@ -36,7 +36,6 @@ Applied = str | Expected | Poison  # per event: what was done, or why it was not
 NOTIFIED: Final = "notified"
 NOTHING: Final = "nothing"  # a real event that notifies no one (no mention, a deleted post, an unfollow)
 WITHDRAWN: Final = "withdrawn"
-DUPLICATE: Final = "duplicate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +68,7 @@ class Effects:
             keys = post_lock_keys(unique)
             if keys:
                 conn.execute(q.LOCK_POSTS, {"keys": keys})
-            known = known_events(conn, CONSUMER, unique)
-            real: list[ev.Event] = []
-            for event in unique:
-                failure = outbox.check(event, known.get(event.id))
-                if failure is not None:
-                    done[event] = failure
-                elif known[event.id].processed:
-                    done[event] = DUPLICATE
-                else:
-                    real.append(event)
+            real = real_and_new(conn, CONSUMER, unique, done)
             created = [e for e in real if e.type == ev.POST_CREATED]
             wanted = [*self._follow_notifications(real), *self._mention_notifications(conn, created, done)]
             notified = self._notify(conn, wanted, self._author)

@@ -20,7 +20,7 @@ from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
 from services.consumer import outbox
-from services.consumer.outbox_db import Conn, apply_batch, known_events, mark_processed
+from services.consumer.outbox_db import Conn, apply_batch, mark_processed, real_and_new
 from services.consumer.outcomes import Expected, Interrupted, Poison
 from services.core import events as ev
 from services.core.feed import BACKFILL_LIMIT, TIMELINE_CAP
@@ -65,16 +65,9 @@ class Effects:
         keys, exclusive = decide.locks(unique)
         with conn.transaction():
             conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
-            known = known_events(conn, CONSUMER, unique)
             real: dict[str, list[ev.Event]] = defaultdict(list)
-            for event in unique:
-                failure = outbox.check(event, known.get(event.id))
-                if failure is not None:
-                    done[event] = failure
-                elif known[event.id].processed:
-                    done[event] = "duplicate"
-                else:
-                    real[event.type].append(event)
+            for event in real_and_new(conn, CONSUMER, unique, done):
+                real[event.type].append(event)
             trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
             self._posts_deleted(conn, real[ev.POST_DELETED], done)
             self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
