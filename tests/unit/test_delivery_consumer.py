@@ -194,7 +194,7 @@ def test_stopping_returns_what_is_not_sending_and_settles_what_is() -> None:
     w.publish(b"1", b"2", b"3")
     w.steps.during_send = w.stopping.set  # the stop comes while the one thread sends 1
     consumer = w.run()
-    # Window 2: 1 and 2 admitted, 3 ready. On stop 3 (ready) and 2 (admitted, not sending) go back, 1 finishes.
+    # Window 2: 1 and 2 admitted, 3 ready. Stopping returns 3 (ready) and 2 (admitted, not sending); 1 finishes.
     assert w.steps.admitted == [[b"1", b"2"]] and w.steps.concluded == [[b"1"]]
     assert consumer.nacks == [(2, True), (3, True)]
     assert w.steps.sent == [b"1"] and consumer.acks == [(1, True)] and w.conn.unacked == 0
