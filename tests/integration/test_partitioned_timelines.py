@@ -14,9 +14,9 @@ from psycopg.rows import dict_row
 from psycopg.sql import SQL, Composable
 
 from services.api import sql as api_sql
+from services.core.db import PLAN_EACH_BATCH
 from services.worker import fanout
 from services.worker import sql as q
-from services.worker.main import PLAN_EACH_BATCH
 from testkit import plans
 from testkit.plans import Plan
 
