@@ -71,6 +71,10 @@ def read_part(res: infra.Resources, args: argparse.Namespace) -> dict[str, Any]:
             rates[kind].append(closedloop.load(port, runs[kind], b"HTTP/1.1 200", args.clients, args.seconds))
         print(f"  round {i + 1}: v1 {rates['v1'][-1]:.0f}/s, mastodon {rates['mastodon'][-1]:.0f}/s, "
               f"ratio {rates['mastodon'][-1] / rates['v1'][-1]:.3f}", flush=True)
+    if args.profile:  # FILE.v1 and FILE.mastodon
+        for kind, requests in runs.items():
+            closedloop.profiled_load(port, api.pid, requests, b"HTTP/1.1 200", args.clients, args.seconds,
+                                     f"{args.profile}.{kind}")
     res.stop(api)
     ratio = statistics.median(m / v for m, v in zip(rates["mastodon"], rates["v1"], strict=True))
     summary = {"v1_reads_per_s": statistics.median(rates["v1"]),
@@ -217,6 +221,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="posts per second in the streams part")
     parser.add_argument("--posts", type=int, default=1000)
     parser.add_argument("--out", type=Path, help="folder for the processes' logs")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the api during one extra run of each route in the "
+                                                          "read part; collapsed stacks to FILE.v1, FILE.mastodon")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     parts = set(args.part.split(","))

@@ -76,8 +76,9 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     if not api.metrics_port:  # else main.py serves them on the internal port
         app.include_router(health.metrics_router)
     problems.install(app)
-    app.add_middleware(Edge, max_bytes=api.max_body_bytes, registry=app.state.registry)
-    if api.mastodon_api:  # after Edge: its error shape wraps Edge's 413 too (docs/mastodon.md)
+    app.add_middleware(Edge, max_bytes=api.max_body_bytes, registry=app.state.registry,
+                       error=mastodon.errors.edge_error if api.mastodon_api else None)
+    if api.mastodon_api:  # after problems.install: it wraps those handlers for the Mastodon paths
         mastodon.install(app, api.auth_cache_seconds)
     traces.install(app)
 

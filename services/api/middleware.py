@@ -8,10 +8,12 @@ message of every request, and these three wrapped the same calls.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from fastapi import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.api.problems import problem_response
@@ -29,9 +31,12 @@ class Edge:
     404...) and `WalFeed-Read-After` of a write when a read replica is configured (deps.written), whatever its
     status, from request.state (scope["state"])."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, registry: CollectorRegistry) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, registry: CollectorRegistry,
+                 error: Callable[[str, int, str], Response] | None = None) -> None:
+        """`error(path, status, detail)`: the answer to a refused request (a problem document by default)."""
         self.app = app
         self.max_bytes = max_bytes
+        self.error = error or (lambda _path, status, detail: problem_response(status, detail))
         self.requests = Counter("walfeed_api_requests", "HTTP requests handled",
                                 ["method", "route", "status"], registry=registry)
         self.latency = Histogram("walfeed_api_request_seconds", "HTTP request latency", ["method", "route"],
@@ -71,8 +76,8 @@ class Edge:
                 if length.isdigit() and int(length) <= self.max_bytes:
                     return None
                 if length.isdigit():
-                    return problem_response(413, f"request bodies are limited to {self.max_bytes} bytes")
-                return problem_response(400, "Content-Length is not a number")
+                    return self.error(scope["path"], 413, f"request bodies are limited to {self.max_bytes} bytes")
+                return self.error(scope["path"], 400, "Content-Length is not a number")
         return None
 
     def _limited(self, receive: Receive) -> Receive:

@@ -8,6 +8,7 @@ import base64
 import hashlib
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from services.api import oauth, paging, passwords
 from services.api.cursor import MAX_ID
 from services.api.mastodon import entities, pages
-from services.api.mastodon.errors import MastodonError, _as_error
+from services.api.mastodon.errors import MastodonError, _as_error, edge_error
 from services.api.mastodon.notifications import kinds
 from services.api.mastodon.params import Params, parse_body, record_id
 from services.api.mastodon.streamhub import END, Hub, Message, Stream, sse
@@ -151,6 +152,8 @@ def test_a_status_is_mastodons_shape_without_scheduled_at() -> None:
 def test_a_problem_document_becomes_mastodons_error() -> None:
     assert _as_error(b'{"type": "t", "title": "x", "status": 413, "detail": "too large"}') == b'{"error":"too large"}'
     assert _as_error(b"not json") == b'{"error":"error"}'
+    assert edge_error("/api/v1/statuses", 413, "too large").body == b'{"error":"too large"}'
+    assert edge_error("/v1/posts", 413, "too large").media_type == "application/problem+json"
 
 
 def _stream(user: int, size: int = 4) -> Stream:
@@ -185,3 +188,13 @@ def test_a_slow_stream_is_cut_off_when_its_queue_is_full_and_end_wakes_its_reade
     idle.end()
     assert idle.closed and idle.queue.get_nowait() is END
     assert sse(Message("delete", "42")) == b"event: delete\ndata: 42\n\n"
+
+
+def test_a_status_assembled_from_its_head_and_account_is_the_status() -> None:
+    site = entities.Site("https://feed.example", "feed.example")
+    moment = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    author = entities.account({"id": 7, "handle": "alice", "follower_count": 1, "following_count": 2,
+                               "created_at": moment}, site)
+    row = {"id": 42, "author_id": 7, "body": "hi \"there\"", "created_at": moment}
+    assembled = entities.status_head(row, "alice", site) + orjson.dumps(author) + b"}"
+    assert orjson.loads(assembled) == entities.status(row, author, site)

@@ -4,7 +4,7 @@ WALFEED_MASTODON_API is on (the default)."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import Gauge
 
 from services.api.db import Pool
@@ -20,21 +20,25 @@ from services.api.mastodon import (
 )
 from services.api.mastodon.auth import GrantCache
 from services.api.mastodon.feed import LiveFeed
+from services.api.mastodon.section import Section
 from services.api.mastodon.streamhub import Hub
 from services.core.settings import Settings
 
 
 def install(app: FastAPI, auth_cache_seconds: float) -> None:
-    """The routers, the error shape (outermost: it rewrites the problem documents of every layer inside) and the
-    per-process caches."""
+    """The routers (one section of the routing table, tried first by path prefix: section.py), the error shape
+    (errors.py) and the per-process caches."""
     app.state.mastodon_grants = GrantCache(auth_cache_seconds)
     app.state.mastodon_accounts = views.account_cache()
     app.state.mastodon_statuses = views.status_cache()
+    app.state.mastodon_account_json = views.account_json_cache()
     app.state.mastodon_streams = Gauge("walfeed_api_mastodon_streams", "live streams (/api/v1/streaming) open",
                                        registry=app.state.registry, multiprocess_mode="livesum")
+    routes = APIRouter()
     for router in (oauth_routes.router, instance.router, accounts.router, statuses.router, notifications.router,
                    streaming.router):
-        app.include_router(router)
+        routes.include_router(router)
+    app.router.routes.insert(0, Section(errors.PREFIXES, routes))
     errors.install(app)
 
 

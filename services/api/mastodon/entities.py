@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
+
 VERSION: Final = "4.2.0"  # the Mastodon API version whose subset is served (docs/mastodon.md)
 WALFEED_VERSION: Final = "0.1"
 MAX_CHARACTERS: Final = 500  # services/api/text.py MAX_CHARS
@@ -73,6 +75,14 @@ def status(row: dict[str, Any], author: dict[str, Any], site: Site, *, text: boo
     if text:  # DELETE answers the source text (for "delete and redraft")
         entity["text"] = row["body"]
     return entity
+
+
+def status_head(row: dict[str, Any], handle: str, site: Site) -> bytes:
+    """A Status as JSON without its account and closing brace, ending in `,"account":`: the part of a post that
+    never changes, to which its author's Account (whose counts do) and `}` are appended (views.status_json)."""
+    entity = status(row, {"username": handle}, site)
+    del entity["account"]
+    return orjson.dumps(entity)[:-1] + b',"account":'
 
 
 def relationship(account_id: int, *, following: bool, followed_by: bool) -> dict[str, Any]:

@@ -1,22 +1,20 @@
 """Mastodon's error shape, `{"error": "..."}` with the status, for every answer under the Mastodon paths: the
 layer's own errors (MastodonError), the api's shared ones (ApiError from the database or rate-limit plumbing,
-problem documents of the framework's 404/405/413), all rewritten by one small ASGI middleware that only looks at
-responses of the Mastodon paths."""
+problem documents of the framework's 404/405/413): the app's exception handlers, wrapped to answer that shape under
+the Mastodon paths, and the edge middleware's refusal of a body over the limit (edge_error)."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.api.problems import MEDIA_TYPE
+from services.api.problems import MEDIA_TYPE, problem_response
 
 PREFIXES: Final = ("/api/v1/", "/api/v2/", "/oauth/")
-_PROBLEM: Final = MEDIA_TYPE.encode()
-MAX_PROBLEM_BYTES: Final = 65_536  # a problem document is small; anything larger passes through as it is
 
 
 class MastodonError(Exception):
@@ -58,51 +56,41 @@ async def _handle(_: Request, exc: Exception) -> Response:
 
 
 def install(app: FastAPI) -> None:
+    """The layer's own errors, and every exception handler the app has already (services/api/problems.py) made to
+    answer Mastodon's shape under the Mastodon paths: no middleware layer, nothing on the other paths' way."""
+    for kind, handler in list(app.exception_handlers.items()):
+        app.exception_handlers[kind] = _shaped(handler)
     app.add_exception_handler(MastodonError, _handle)
-    app.add_middleware(MastodonErrors)
 
 
 def mastodon_path(path: str) -> bool:
-    return path.startswith(PREFIXES) or path in ("/api/v1/instance", "/oauth/token")
+    return path.startswith(PREFIXES)
 
 
-class MastodonErrors:
-    """Problem documents answered under a Mastodon path become `{"error": detail}`, same status and headers
-    (but the content type and length). Other paths pass straight through."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not mastodon_path(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        held: Message | None = None
-        chunks: list[bytes] = []
-
-        async def rewrite(message: Message) -> None:
-            nonlocal held
-            if message["type"] == "http.response.start" and _is_problem(message):
-                held = message
-                return
-            if held is None or message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False) and sum(map(len, chunks)) <= MAX_PROBLEM_BYTES:
-                return
-            body = _as_error(b"".join(chunks))
-            headers = [(k, v) for k, v in held.get("headers", [])
-                       if k.lower() not in (b"content-type", b"content-length")]
-            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({**held, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-
-        await self.app(scope, receive, rewrite)
+Handler = Callable[[Request, Exception], Awaitable[Response]]
 
 
-def _is_problem(start: Message) -> bool:
-    return any(k.lower() == b"content-type" and v.startswith(_PROBLEM) for k, v in start.get("headers", []))
+def _shaped(handler: Any) -> Handler:
+    async def shaped(request: Request, exc: Exception) -> Response:
+        response: Response = await handler(request, exc)
+        return reshaped(response) if mastodon_path(request.url.path) else response
+
+    return shaped
+
+
+def reshaped(response: Response) -> Response:
+    """A problem document as `{"error": detail}`, same status and headers (but its type and length)."""
+    if response.media_type != MEDIA_TYPE:
+        return response
+    headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-type", "content-length")}
+    return Response(_as_error(bytes(response.body)), status_code=response.status_code,
+                    media_type="application/json", headers=headers)
+
+
+def edge_error(path: str, status: int, detail: str) -> Response:
+    """The answer of the api's edge middleware (a body over the size limit) before any route runs."""
+    response = problem_response(status, detail)
+    return reshaped(response) if mastodon_path(path) else response
 
 
 def _as_error(problem: bytes) -> bytes:

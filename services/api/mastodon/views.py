@@ -20,7 +20,8 @@ from services.api.ttlmap import TtlMap
 
 ACCOUNT_SECONDS: Final = 5.0
 MAX_ACCOUNTS: Final = 10_000
-MAX_STATUSES: Final = 20_000  # serialized Statuses (about 1.5 KB each): 30 MB at most per process
+MAX_STATUSES: Final = 20_000  # serialized Statuses without their account (about 1 KB each): 20 MB per process
+STATUS_SECONDS: Final = 600.0  # a post never changes (a deleted one is no longer read)
 
 
 def account_cache() -> TtlMap[int, Row]:
@@ -28,9 +29,13 @@ def account_cache() -> TtlMap[int, Row]:
 
 
 def status_cache() -> TtlMap[tuple[str, int], bytes]:
-    """(the site's base URL, post id) -> the Status as JSON, for ACCOUNT_SECONDS: a post never changes (a deleted
-    one is no longer read), its author's counts lag as the account cache's do."""
-    return TtlMap(ACCOUNT_SECONDS, MAX_STATUSES)
+    """(the site's base URL, post id) -> the Status as JSON up to its account (entities.status_head)."""
+    return TtlMap(STATUS_SECONDS, MAX_STATUSES)
+
+
+def account_json_cache() -> TtlMap[tuple[str, int], bytes]:
+    """(the site's base URL, user id) -> the Account as JSON, for ACCOUNT_SECONDS (its counts lag that much)."""
+    return TtlMap(ACCOUNT_SECONDS, MAX_ACCOUNTS)
 
 
 def site(request: HTTPConnection) -> Site:
@@ -100,23 +105,33 @@ async def notifications(request: Request, db: Conn, rows: Sequence[Row]) -> list
 
 
 async def status_json(request: Request, db: Conn, rows: Sequence[Row]) -> list[bytes]:
-    """The Statuses of posts rows as JSON, in their order: the page reads of the home timeline and of an account
-    reuse the bytes of a post another reader's page serialized less than ACCOUNT_SECONDS ago."""
-    cache: TtlMap[tuple[str, int], bytes] = request.app.state.mastodon_statuses
+    """The Statuses of posts rows as JSON, in their order, assembled from a post's serialized part (kept
+    STATUS_SECONDS: it never changes) and its author's serialized Account (kept ACCOUNT_SECONDS): a page of the
+    home timeline or of an account serializes only what another reader's page did not already."""
+    heads: TtlMap[tuple[str, int], bytes] = request.app.state.mastodon_statuses
+    people: TtlMap[tuple[str, int], bytes] = request.app.state.mastodon_account_json
     here = site(request)
     found: dict[int, bytes] = {}
-    missing = []
     for row in rows:
-        cached = cache.get((here.base, int(row["id"])))
-        if cached is None:
-            missing.append(row)
-        else:
-            found[int(row["id"])] = cached
-    for status in await statuses_for(request.app.state.mastodon_accounts, db, missing, here):
-        body = orjson.dumps(status)
-        cache.put((here.base, int(status["id"])), body)
-        found[int(status["id"])] = body
-    return [found[int(r["id"])] for r in rows if int(r["id"]) in found]
+        author = int(row["author_id"])
+        account = people.get((here.base, author))
+        if account is not None:
+            found[author] = account
+    missing = [int(r["author_id"]) for r in rows if int(r["author_id"]) not in found]
+    for author, row in (await account_rows(request.app.state.mastodon_accounts, db, missing)).items():
+        found[author] = orjson.dumps(entities.account(row, here))
+        people.put((here.base, author), found[author])
+    parts = []
+    for row in rows:
+        account = found.get(int(row["author_id"]))
+        if account is None:
+            continue  # the author is gone
+        head = heads.get((here.base, int(row["id"])))
+        if head is None:
+            head = entities.status_head(row, orjson.loads(account)["username"], here)
+            heads.put((here.base, int(row["id"])), head)
+        parts.append(head + account + b"}")
+    return parts
 
 
 def status_listing(request: Request, params: Params, asked: paging.Range, ids: Sequence[int], parts: list[bytes],
