@@ -21,9 +21,10 @@ SYSTEMD = ROOT / "deploy" / "systemd"
 SERVICES = sorted(SYSTEMD.glob("*.service"))
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
              "CapabilityBoundingSet": "", "RemoveIPC": "yes", "PrivateDevices": "yes", "UMask": "0077"}
-# What each command needs: its database role's URL, its broker user's URL (not the api), the SMTP relay's.
+# What each command needs: its database role's URL, its broker user's URL (the api's for its live stream), the SMTP
+# relay's.
 URLS = {"WALFEED_DATABASE_URL", "WALFEED_AMQP_URL"}
-COMMANDS = {"api": {"WALFEED_DATABASE_URL"}, "relay": URLS, "worker": URLS, "notifier": URLS,
+COMMANDS = {"api": URLS, "relay": URLS, "worker": URLS, "notifier": URLS,
             "deliver --channel webhook": URLS, "deliver --channel email": {*URLS, "WALFEED_SMTP_URL"}}
 INTERNET = {"deliver --channel webhook"}  # webhooks are anywhere; the process checks addresses itself (ssrf.py)
 
