@@ -1,6 +1,6 @@
 """toot 0.52.1, the command-line client, as a subprocess against the real processes: `toot login_cli`, `toot
-follow` (found through /api/v2/search), `toot post`, `toot timeline`, `toot notifications`; each exits 0 and says
-what it did. Each person has a toot configuration directory of their own (XDG_CONFIG_HOME)."""
+follow` (found through /api/v2/search), `toot post`, `toot timeline`, `toot notifications`, `toot unfollow`; each
+exits 0 and says what it did. Each person has a toot configuration directory of their own (XDG_CONFIG_HOME)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def test_toot_logs_in_follows_posts_and_reads_its_timeline_and_notifications(sta
     mentioned = _until(reader, "mentioned you", "notifications")
     assert "writer" in mentioned and "hello @reader, from toot" in mentioned
     assert "reader" in _until(writer, "now follows you", "notifications")
+    assert "You are no longer following writer" in _toot(reader, "unfollow", "writer")
 
 
 def _until(home: Path, expected: str, *args: str) -> str:
