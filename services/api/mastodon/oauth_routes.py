@@ -179,8 +179,9 @@ async def revoke(request: Request) -> Response:
     async with database(request) as db:
         app = await _app(db, params, request)
         value = params.text("token", 200)
-        if value is not None:
-            await store.revoke_token(db, tokens.token_hash(value), int(app["id"]))
+        user = None if value is None else await store.revoke_token(db, tokens.token_hash(value), int(app["id"]))
+    if user is not None:  # at once here; on the other processes when the notification arrives (ADR 0035)
+        request.app.state.mastodon_grants.forget_user(user)
     return json({})
 
 

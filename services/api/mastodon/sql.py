@@ -36,7 +36,7 @@ WITH revoked AS (
     WHERE token_hash = %(hash)s AND app_id = %(app)s AND revoked_at IS NULL
     RETURNING user_id
 )
-SELECT pg_notify('walfeed_token_changed', user_id::text) FROM revoked WHERE user_id IS NOT NULL
+SELECT user_id, pg_notify('walfeed_token_changed', user_id::text) FROM revoked WHERE user_id IS NOT NULL
 """
 # Who a bearer token is and what it may do: an api token (POST /v1/users: every scope) or an OAuth access token.
 GRANT: Final = """

@@ -58,8 +58,10 @@ async def create_token(conn: Conn, token_hash: bytes, app_id: int, user: int | N
     return row
 
 
-async def revoke_token(conn: Conn, token_hash: bytes, app_id: int) -> None:
-    await conn.execute(sql.REVOKE_TOKEN, {"hash": token_hash, "app": app_id})
+async def revoke_token(conn: Conn, token_hash: bytes, app_id: int) -> int | None:
+    """Revoke the app's token; the user it was of (None: unknown, another app's, revoked already, or an app's own)."""
+    row = await _one(conn, sql.REVOKE_TOKEN, {"hash": token_hash, "app": app_id})
+    return None if row is None else int(row["user_id"])
 
 
 async def grant(conn: Conn, token_hash: bytes) -> Row | None:
