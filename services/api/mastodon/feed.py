@@ -1,5 +1,6 @@
 """Where this api process's live streams get their events (docs/adr/0140): from the pipeline, never by polling
-the database per client.
+the database per client. The two sources are stream_queue.py and notices.py; this module routes what they bring
+(streamhub.Hub) and reads the rows an event names.
 
 - Posts and follows: the events exchange (`{prefix}.events`, every event the relay published, one a message)
   through a queue of this process's own (`{prefix}.stream.<random>`, exclusive, auto-delete: it lives as long as
@@ -22,32 +23,23 @@ import asyncio
 import contextlib
 import logging
 import signal
-import threading
-import uuid
 from types import FrameType
 from typing import Any, Final
 
 import orjson
-import pika
-import pika.exceptions
-import psycopg
 
 from services.api import db as api_db
-from services.api.mastodon import entities, store, views
+from services.api.mastodon import entities, notices, store, views
+from services.api.mastodon.stream_queue import StreamQueue
 from services.api.mastodon.streamhub import Hub, Message
 from services.api.store import Row
 from services.api.ttlmap import TtlMap
-from services.core import amqp, backoff, events
+from services.core import backoff, events
 from services.core.settings import Settings
-from services.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
-CHANNEL: Final = "walfeed_notification"
-KEYS: Final = (events.POST_CREATED, events.POST_DELETED, events.FOLLOW_CREATED, events.FOLLOW_DELETED)
 READY_SECONDS: Final = 5.0
-QUEUE_MAX: Final = 10_000  # messages the broker keeps for a process that reads slower (the oldest go first)
-HEALTH_CHECK_SECONDS: Final = 5.0
 VISIBLE_TRIES: Final = 10  # reads of a post its event named, within about a second, before giving up on it
 
 
@@ -59,13 +51,10 @@ class LiveFeed:
         self._accounts = accounts
         self.hub = hub
         self._options = options
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._queue: StreamQueue | None = None
         self._listener: asyncio.Task[None] | None = None
         self._broker_up = asyncio.Event()
         self._listener_up = asyncio.Event()
-        self._connection: pika.BlockingConnection | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._previous_sigterm: Any = None
@@ -74,11 +63,11 @@ class LiveFeed:
         """Start the sources on first use; True once both are up (within READY_SECONDS)."""
         if self._closing:
             return False
-        if self._thread is None:
-            self._loop = asyncio.get_running_loop()
-            self._thread = threading.Thread(target=self._consume, name="walfeed-stream-feed", daemon=True)
-            self._thread.start()
-            self._listener = asyncio.create_task(self._listen())
+        if self._queue is None:
+            self._queue = StreamQueue(self._settings, asyncio.get_running_loop(), self._apply, self._broker_changed)
+            self._queue.start()
+            self._listener = asyncio.create_task(notices.listen(
+                self._settings.database_url, self._options, self._notified, self._listener_changed))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READY_SECONDS):
                 await self._broker_up.wait()
@@ -115,66 +104,14 @@ class LiveFeed:
         if self._previous_sigterm is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._stopping.set()
-        connection = self._connection
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.add_callback_threadsafe(connection.close)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 10)
+        if self._queue is not None:
+            await self._queue.stop()
         for stream in self.hub.all_streams():
             stream.end()
-
-    # The broker side, in a thread of its own (pika's blocking connection).
-
-    def _consume(self) -> None:
-        topology = Topology(self._settings.amqp_prefix)
-        while not self._stopping.is_set():
-            connection = amqp.connect_with_retry(self._settings.amqp_url, name="walfeed-api-streams",
-                                                 should_stop=self._stopping.is_set)
-            if connection is None:
-                return
-            self._connection = connection
-            try:
-                channel = connection.channel()
-                amqp.declare_events_exchange(channel, topology)
-                queue = topology.stream_queue_prefix + uuid.uuid4().hex[:16]
-                channel.queue_declare(queue, exclusive=True, auto_delete=True,
-                                      arguments={"x-max-length": QUEUE_MAX, "x-overflow": "drop-head"})
-                for key in KEYS:
-                    channel.queue_bind(queue, topology.events_exchange, routing_key=key)
-                channel.basic_consume(queue, self._on_message, auto_ack=True)
-                self._call(self._broker_changed, True)
-                log.info("stream feed connected", extra={"queue": queue})
-                channel.start_consuming()
-            except pika.exceptions.AMQPError as exc:
-                if not self._stopping.is_set():
-                    log.warning("stream feed lost the broker; open streams ended", extra={"error": repr(exc)})
-            finally:
-                self._connection = None
-                self._call(self._broker_changed, False)
-                with contextlib.suppress(pika.exceptions.AMQPError):
-                    if connection.is_open:
-                        connection.close()
-            self._stopping.wait(1.0)
-
-    def _on_message(self, _channel: Any, _method: Any, _properties: Any, body: bytes) -> None:
-        try:
-            event = events.decode(body)
-        except events.MalformedEvent as exc:
-            log.warning("stream feed skipped a malformed event", extra={"error": str(exc)})
-            return
-        self._call(self._apply, event)
-
-    def _call(self, function: Any, *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown)
-                loop.call_soon_threadsafe(function, *args)
 
     # On the event loop.
 
@@ -237,30 +174,14 @@ class LiveFeed:
                     row, entities.account(author, stream.site), stream.site)).decode()
             stream.offer(Message("update", by_site[stream.site]))
 
-    # Notifications: LISTEN.
+    # Notifications.
 
-    async def _listen(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                        self._settings.database_url, autocommit=True, application_name="walfeed-api-streams",
-                        options=self._options) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self._listener_up.set()
-                    attempt = 0
-                    while True:
-                        async for note in conn.notifies(timeout=HEALTH_CHECK_SECONDS):
-                            self._notified(note.payload)
-                        await conn.execute("SELECT 1")
-            except (psycopg.Error, OSError) as exc:
-                log.warning("stream feed lost its notification listener; open streams ended",
-                            extra={"error": repr(exc)})
-            if self._listener_up.is_set():
-                self._listener_up.clear()
-                self._end_all()
-            attempt += 1
-            await asyncio.sleep(backoff.delay(attempt, 0.1, 5.0))  # reconnecting, not waiting for a state
+    def _listener_changed(self, up: bool) -> None:
+        if up:
+            self._listener_up.set()
+        elif self._listener_up.is_set():
+            self._listener_up.clear()
+            self._end_all()
 
     def _notified(self, payload: str) -> None:
         recipient, _, notification = payload.partition(":")
