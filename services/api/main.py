@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from services.api.app import create_app, scrape_registry
-from services.api.config import ApiSettings
+from services.api.config import FORWARDED_ALLOW_IPS, ApiSettings
 from services.core import logs, sdnotify
 from services.core.settings import Settings
 
@@ -165,12 +165,12 @@ def _serve_granian(host: str, port: int, workers: int) -> None:
 def granian_app() -> ASGIApp:
     """worker_app behind the X-Forwarded-For handling uvicorn applies itself: the client address (the rate limits'
     partition) is the forwarded one when the peer is trusted, by the same FORWARDED_ALLOW_IPS and default."""
-    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+    trusted = os.environ.get(FORWARDED_ALLOW_IPS.name, FORWARDED_ALLOW_IPS.default)
     return ProxyHeadersMiddleware(worker_app(), trusted_hosts=trusted)  # type: ignore[arg-type,return-value]
 
 
 def worker_app() -> FastAPI:
     """The app of one worker process (the servers' factory): settings from the environment the supervisor passed."""
-    logs.configure("api", os.environ.get("WALFEED_LOG_LEVEL", "INFO"), logs.log_format())
+    logs.configure("api", logs.log_level(), logs.log_format())
     _end_with_supervisor()
     return create_app(Settings.from_env(), ApiSettings.from_env())

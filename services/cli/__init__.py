@@ -25,12 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--amqp-prefix", help="overrides WALFEED_AMQP_PREFIX")
     parser.add_argument("--slot", help="overrides WALFEED_SLOT")
     parser.add_argument("--celebrity-threshold", help="overrides WALFEED_CELEBRITY_THRESHOLD")
-    parser.add_argument("--log-level", default=os.environ.get("WALFEED_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", help="overrides WALFEED_LOG_LEVEL")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     api = sub.add_parser("api", help="serve the HTTP API")
-    api.add_argument("--host", default=os.environ.get("WALFEED_API_HOST", "127.0.0.1"))
-    api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
+    api.add_argument("--host", help="overrides WALFEED_API_HOST")
+    api.add_argument("--port", type=int, help="overrides WALFEED_API_PORT")
     api.add_argument("--workers", type=int, dest="api_workers", help="server processes; overrides WALFEED_API_WORKERS")
 
     relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
@@ -99,6 +99,7 @@ _OVERRIDES = {
     "slot": "WALFEED_SLOT",
     "celebrity_threshold": "WALFEED_CELEBRITY_THRESHOLD",
     "api_workers": "WALFEED_API_WORKERS",  # `api --workers` (`up --workers` counts worker processes)
+    "log_level": "WALFEED_LOG_LEVEL",
 }
 
 
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None:
             os.environ[var] = str(value)
     try:
-        logs.configure(args.command, args.log_level.upper(), logs.log_format())
+        logs.configure(args.command, logs.log_level(), logs.log_format())
         settings = Settings.from_env()
         return _dispatch(args, settings)
     except SettingsError as exc:
@@ -122,9 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "api":
+        from services.api import config as api_config
         from services.api import main as api_main
 
-        return api_main.run(settings, host=args.host, port=args.port)
+        host, port = api_config.listen_address()
+        return api_main.run(settings, host=host if args.host is None else args.host,
+                            port=port if args.port is None else args.port)
     if args.command == "relay":
         from services.cdc_relay import main as relay_main
 

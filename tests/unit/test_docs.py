@@ -9,6 +9,7 @@ import pytest
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
+from services.cli import settings_doc
 from services.core.settings import Settings
 from tests.unit.environment import ROOT, variables_read
 
@@ -36,11 +37,21 @@ def test_settings_md_lists_exactly_the_variables_the_processes_read() -> None:
     assert documented == read, f"missing: {read - documented}, not read: {documented - read}"
 
 
-@pytest.mark.parametrize("module", ["services/api/config.py", "services/cdc_relay/config.py",
-                                    "services/cdc_relay/poll_policy.py", "services/worker/config.py",
-                                    "services/notifier/config.py", "services/delivery/config.py",
-                                    "services/embedding/config.py"])
-def test_the_docstring_tables_are_in_settings_md(module: str) -> None:
+def test_settings_md_is_what_the_declarations_generate() -> None:
+    """Defaults, bounds and meanings, not only names: the page is `python -m services.cli.settings_doc`'s output."""
+    assert (DOCS / "settings.md").read_text() == settings_doc.page(), \
+        "docs/settings.md is stale: python -m services.cli.settings_doc > docs/settings.md"
+
+
+def test_each_variable_is_declared_once_per_section() -> None:
+    for section in settings_doc.SECTIONS:
+        names = [setting.name for setting in section.settings]
+        assert len(names) == len(set(names)), section.heading
+
+
+@pytest.mark.parametrize("module", ["services/worker/config.py", "services/notifier/config.py",
+                                    "services/delivery/config.py"])
+def test_the_docstring_tables_are_in_settings_md(module: str) -> None:  # the modules not declared yet
     table = {line.split("`")[1] for line in (ROOT / module).read_text().splitlines() if line.startswith("| `WALFEED_")}
     assert table and table <= set(_VARIABLE.findall(_process_settings_section()))
 
