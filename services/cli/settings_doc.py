@@ -20,6 +20,7 @@ from services.cdc_relay import poll_policy as poll
 from services.cli import prune, roles
 from services.core import logs, settings, tracing
 from services.core.settings import Declared
+from services.delivery import config as delivery
 from services.embedding import config as embedder
 
 
@@ -123,35 +124,7 @@ _CONSUMERS: Final = """## worker (`walfeed worker`)
 | `WALFEED_NOTIFIER_METRICS_PORT` | `9104` | Prometheus endpoint; `0` turns it off |
 | `WALFEED_NOTIFIER_METRICS_HOST` | `127.0.0.1` | address of the metrics endpoint (unauthenticated) |
 | `WALFEED_NOTIFIER_AUTHOR_DELIVERIES` | `600` | webhook and email deliveries the events of one author (a post's author, a follower) may cause per window, all notifiers together; past it the notifications are in-app only (ADR 0100); `0`: no budget |
-| `WALFEED_NOTIFIER_AUTHOR_WINDOW` | `3600` | seconds: the author budget's fixed window, of the database clock |
-
-## delivery (`walfeed deliver --channel webhook|email`)
-
-`services/delivery/config.py`; what they mean for a delivery: docs/notifications.md. The two `WALFEED_WEBHOOK_*`
-settings are read by the api too, when a webhook is registered (`services/delivery/ssrf.py`).
-
-| variable | default | meaning |
-|---|---|---|
-| `WALFEED_DELIVERY_CONCURRENCY` | `16` | sends in flight in this process (threads), as many again admitted ahead (ADR 0082); run more processes for more |
-| `WALFEED_DELIVERY_MAX_ATTEMPTS` | `12` | tries before a delivery is `DEAD` (12: about 4 h with the defaults) |
-| `WALFEED_DELIVERY_RETRY_BASE` | `30` | seconds before the second try; each next waits twice as long, less up to a fifth (jitter) |
-| `WALFEED_DELIVERY_RETRY_CAP` | `1800` | seconds: the longest backoff |
-| `WALFEED_DELIVERY_RETRY_AFTER_MAX` | `86400` | seconds: the longest `Retry-After` honoured (a longer one waits this long) |
-| `WALFEED_DELIVERY_RATE` | `10` | tries per second per target (a webhook, or a recipient's mailbox), shared by all processes; `0`: no limit |
-| `WALFEED_DELIVERY_BURST` | `20` | tries a target may get at once before its rate applies |
-| `WALFEED_DELIVERY_HOST_LIMIT` | `3000` | tries per destination host (a webhook URL's host, a mail address's domain) per window, all delivery processes together (Postgres); a try over it waits for the next window, no attempt spent (ADR 0100); `0`: no limit |
-| `WALFEED_DELIVERY_HOST_WINDOW` | `60` | seconds: the host budget's fixed window, of the database clock |
-| `WALFEED_DELIVERY_DISABLE_AFTER` | `432000` | seconds (5 days) a webhook may fail without a success before it is disabled |
-| `WALFEED_DELIVERY_CONNECT_TIMEOUT` | `5` | seconds to connect to a receiver or an SMTP server |
-| `WALFEED_DELIVERY_TIMEOUT` | `15` | seconds for a whole try: resolving the name, connecting (at most 4 addresses), sending, the answer and its body; a receiver dripping its answer is cut off there |
-| `WALFEED_DELIVERY_DEAD_MAX_LENGTH` | `100000` | dead letters kept per channel; a full dead queue refuses more (they wait in a retry queue) |
-| `WALFEED_DELIVERY_METRICS_PORT` | `9103` (webhook), `9104` (email) | Prometheus endpoint (`walfeed_delivery_*`: tries by status, try time, throttled tries, disabled webhooks, dead letters); `0` turns it off |
-| `WALFEED_DELIVERY_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated: keep it internal) |
-| `WALFEED_WEBHOOK_ALLOWED_NETWORKS` | empty | comma-separated CIDR networks webhooks may reach although not public, e.g. `10.20.0.0/16` |
-| `WALFEED_WEBHOOK_ALLOW_HTTP` | `false` | allow plain `http://` webhook URLs (https otherwise) |
-| `WALFEED_SMTP_URL` | none | `smtp://[user:password@]host[:port]` (25), `smtp+starttls://...` (587), `smtps://...` (465); required by `--channel email` |
-| `WALFEED_SMTP_FROM` | `walfeed <notifications@localhost>` | the From of notification mail |
-| `WALFEED_API_PUBLIC_URL` | none | the api's base URL as mail readers reach it, `https://host[:port][/path]` (plain `http://` only on 127.0.0.1 or localhost); required by `--channel email`: every notification mail's one-click unsubscribe (RFC 8058) POSTs to `{url}/v1/unsubscribe?token=...` |"""  # noqa: E501 - worker, notifier, delivery: not yet declared (ADR 0130)
+| `WALFEED_NOTIFIER_AUTHOR_WINDOW` | `3600` | seconds: the author budget's fixed window, of the database clock |"""  # noqa: E501 - worker, notifier: not yet declared (ADR 0130)
 
 _HARNESS: Final = (
     Fixed(("WALFEED_SKIP_LINT",), "`0`", "`1`: `scripts/test` skips ruff, mypy and the packaging check"),
@@ -187,6 +160,10 @@ SECTIONS: Final = (
     Section("", "With `walfeed relay --source poll` (`services/cdc_relay/poll_policy.py`; window, metrics, shutdown "
             "and blocked\ntimeouts are the relay's above):", poll.SETTINGS),
     Section(_CONSUMERS, "", ()),
+    Section("## delivery (`walfeed deliver --channel webhook|email`)",
+            "`services/delivery/config.py`; what they mean for a delivery: docs/notifications.md. The two "
+            "`WALFEED_WEBHOOK_*`\nsettings are read by the api too, when a webhook is registered "
+            "(`services/delivery/ssrf.py`).", delivery.SETTINGS),
     Section("## prune-notifications (`walfeed prune-notifications`)", "`services/cli/prune.py`.", (prune.RETENTION,)),
     Section("## bootstrap-roles (`walfeed bootstrap-roles`, `walfeed up`)",
             "`services/cli/roles.py`. Run with a Postgres superuser as `WALFEED_DATABASE_URL` and the broker's admin "
