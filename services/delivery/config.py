@@ -190,9 +190,9 @@ def parse_smtp_url(url: str) -> Smtp:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise SettingsError("WALFEED_SMTP_URL is invalid: expected smtp://host:port") from None
+        raise SettingsError(f"{SMTP_URL.name} is invalid: expected smtp://host:port") from None
     if parts.scheme not in _SMTP_SCHEMES or not parts.hostname:
-        raise SettingsError("WALFEED_SMTP_URL is invalid: expected smtp://, smtp+starttls:// or smtps:// and a host")
+        raise SettingsError(f"{SMTP_URL.name} is invalid: expected smtp://, smtp+starttls:// or smtps:// and a host")
     tls, default_port = _SMTP_SCHEMES[parts.scheme]
     return Smtp(parts.hostname, port or default_port, tls,
                 unquote(parts.username) if parts.username else None,
