@@ -22,7 +22,7 @@ GROUP_MAX: Final = Int(  # its bound: a read of the slot (relay.READ_BATCH); gro
     "(`post.*`, `follow.*`) read together go to walfeed's fan-out worker and notifier as one message "
     "(docs/events.md \"Groups\", ADR 0095, 0115), never waiting for more. The events exchange carries every event "
     "alone whatever the value, so no consumer that is not walfeed's is affected. 10 measured best for 10-follower "
-    "fan-out (docs/results.md \"Session 15\", \"The default groups events\"); 1: one event per message there too "
+    "fan-out (docs/results.md, \"The default groups events\"); 1: one event per message there too "
     "(slower); keep it well below `WALFEED_WORKER_BATCH_SIZE`", minimum=1, maximum=500)
 STATUS_INTERVAL: Final = Float("WALFEED_RELAY_STATUS_INTERVAL", 10.0,
                                "seconds between status updates to Postgres (wal_sender_timeout is 60 s)",
