@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from services.api.ratelimit import Quota
+from services.core import ssrf
 from services.core.settings import (
     LIBPQ,
     Choice,
@@ -24,7 +25,6 @@ from services.core.settings import (
     Str,
     libpq_url,
 )
-from services.delivery import ssrf
 
 
 def default_workers() -> int:
@@ -128,7 +128,7 @@ class ApiSettings:
     statement_timeout: float = STATEMENT_TIMEOUT.default_value()
     signup_limit: Quota = DEFAULT_SIGNUPS
     write_limit: Quota = DEFAULT_WRITES
-    webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/delivery/ssrf.py)
+    webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/core/ssrf.py)
     secret_overlap: int = SECRET_OVERLAP.default_value()
     read_url: str | None = None  # WALFEED_DATABASE_READ_URL: the replica (docs/adr/0092)
     read_after_wait: float = READ_AFTER_WAIT.default_value()

@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from services.api.app import create_app, scrape_registry
-from services.api.config import FORWARDED_ALLOW_IPS, ApiSettings
+from services.api.config import FORWARDED_ALLOW_IPS, ApiSettings, listen_address
 from services.core import logs, sdnotify
 from services.core.settings import Settings
 
@@ -51,8 +51,11 @@ _SERVER_OPTIONS = {"log_config": None, "access_log": False, "timeout_graceful_sh
 _GRANIAN_LOGS = {"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}}
 
 
-def run(settings: Settings, host: str, port: int) -> int:
+def run(settings: Settings, host: str | None = None, port: int | None = None) -> int:
+    """Serve until SIGTERM/SIGINT on `host`:`port` (the `--host`/`--port` flags), else WALFEED_API_HOST/_PORT."""
     api = ApiSettings.from_env()
+    listen_host, listen_port = listen_address()
+    host, port = listen_host if host is None else host, listen_port if port is None else port
     log.info("api starting", extra={"host": host, "port": port, "workers": api.workers,
                                     "max_body_bytes": api.max_body_bytes})
     _notify_when_serving(host, port)

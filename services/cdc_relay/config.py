@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
+from services.cdc_relay import poll_policy
 from services.core.settings import BIND_ADDRESS, Declared, Env, Float, Int, OptionalDuration, Str
 
 WINDOW: Final = Int(
@@ -55,6 +56,7 @@ CHECKPOINT_INTERVAL: Final = Float(
     "seconds between two looks at the failover checkpoint: the position the broker confirmed, kept as a replicated "
     "row so a promoted standby knows which outbox rows to republish; duplicates after a failover grow with it "
     "(ADR 0091)", minimum=0.1, maximum=3600.0)
+POLL_SETTINGS: Final = poll_policy.SETTINGS  # `walfeed relay --source poll`'s own
 SETTINGS: Final[tuple[Declared, ...]] = (
     WINDOW, GROUP_MAX, STATUS_INTERVAL, METRICS_PORT, METRICS_HOST, STANDBY_INTERVAL, SHUTDOWN_TIMEOUT,
     BLOCKED_TIMEOUT, LAG_INTERVAL, PRUNE_OLDER_THAN, PRUNE_INTERVAL, CHECKPOINT_INTERVAL)

@@ -123,12 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "api":
-        from services.api import config as api_config
         from services.api import main as api_main
 
-        host, port = api_config.listen_address()
-        return api_main.run(settings, host=host if args.host is None else args.host,
-                            port=port if args.port is None else args.port)
+        return api_main.run(settings, host=args.host, port=args.port)
     if args.command == "relay":
         from services.cdc_relay import main as relay_main
 

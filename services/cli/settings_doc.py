@@ -9,19 +9,22 @@ page differs from what this prints.
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from services.api import config as api
 from services.cdc_relay import config as relay
-from services.cdc_relay import poll_policy as poll
 from services.cli import prune, roles
 from services.core import logs, settings, tracing
 from services.core.settings import Declared
 from services.delivery import config as delivery
 from services.embedding import config as embedder
+from services.notifier import config as notifier
+from services.worker import config as worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,60 +74,33 @@ def table(rows: Sequence[Declared | Fixed]) -> str:
     return "\n".join(lines)
 
 
+_CODE: Final = re.compile(r"`[^`]*`")
+
+
+def prose(text: str) -> str:
+    """A paragraph as the page wraps it: lines of about 118 characters, never broken inside a `code span`."""
+    kept = _CODE.sub(lambda span: span[0].replace(" ", "\0"), " ".join(text.split()))
+    return textwrap.fill(kept, width=118, break_long_words=False, break_on_hyphens=False).replace("\0", " ")
+
+
 def render(sections: Sequence[Section]) -> str:
-    parts = [HEADER]
+    parts = ["# Settings", prose(HEADER)]
     for section in sections:
-        parts.extend(part for part in (section.heading, section.intro) if part)
+        parts.extend(part for part in (section.heading, prose(section.intro)) if part)
         if section.settings:
             parts.append(table(section.settings))
         if section.outro:
-            parts.append(section.outro)
+            parts.append(prose(section.outro))
     return "\n\n".join(parts) + "\n"
 
 
-HEADER: Final = """# Settings
-
+HEADER: Final = """
 Every walfeed process is configured by environment variables, read once at start; a missing or invalid value stops
 the process with the variable named (exit code 2). Command-line flags of the same name override them (`walfeed
 --database-url ... api`). Each setting is declared once, in its process's settings module (variable, default,
 bounds, meaning; docs/adr/0130-settings-declared-once.md), and this page is generated from those declarations:
 `python -m services.cli.settings_doc > docs/settings.md`. `tests/unit/test_docs.py` fails when this page differs
 from what that prints, or when the code reads a variable no declaration names."""
-
-_CONSUMERS: Final = """## worker (`walfeed worker`)
-
-`services/worker/config.py`.
-
-| variable | default | meaning |
-|---|---|---|
-| `WALFEED_WORKER_CONCURRENCY` | `2` | batch threads in this process (several processes may share the queue) |
-| `WALFEED_WORKER_BATCH_SIZE` | `500` | most events applied together in one transaction (ADR 0024); a group of events (ADR 0095) is never split, so a batch holds at least one message |
-| `WALFEED_WORKER_LARGE_CONCURRENCY` | `1` | threads fanning out posts whose audience is larger than a chunk |
-| `WALFEED_WORKER_PREFETCH` | batch size x (concurrency + 1) | unacked messages handed to this process (with groups, each up to `WALFEED_RELAY_GROUP_MAX` events) |
-| `WALFEED_WORKER_MAX_ATTEMPTS` | `8` | attempts before a message goes to the dead queue |
-| `WALFEED_WORKER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
-| `WALFEED_WORKER_RETRY_CAP` | `60` | seconds: largest retry delay |
-| `WALFEED_WORKER_DEAD_MAX_LENGTH` | `100000` | dead letters kept; a full dead queue refuses more (they wait in retry) |
-| `WALFEED_WORKER_METRICS_PORT` | `9102` | Prometheus endpoint; `0` turns it off |
-| `WALFEED_WORKER_METRICS_HOST` | `127.0.0.1` | address the metrics endpoint binds (unauthenticated: keep it internal) |
-
-## notifier (`walfeed notifier`)
-
-`services/notifier/config.py`: the worker's consumer settings under their own prefix (docs/notifications.md).
-
-| variable | default | meaning |
-|---|---|---|
-| `WALFEED_NOTIFIER_CONCURRENCY` | `2` | batch threads in this process (several processes may share the queue) |
-| `WALFEED_NOTIFIER_BATCH_SIZE` | `100` | most events applied together in one transaction (a group is never split) |
-| `WALFEED_NOTIFIER_PREFETCH` | `batch size x (concurrency + 1)` | unacked messages handed to this process (with groups, each up to `WALFEED_RELAY_GROUP_MAX` events) |
-| `WALFEED_NOTIFIER_MAX_ATTEMPTS` | `8` | attempts before a message goes to `{prefix}.notifier.dead` |
-| `WALFEED_NOTIFIER_RETRY_BASE` | `0.5` | seconds: first retry delay ceiling (doubles per attempt, full jitter) |
-| `WALFEED_NOTIFIER_RETRY_CAP` | `60` | seconds: largest retry delay |
-| `WALFEED_NOTIFIER_DEAD_MAX_LENGTH` | `100000` | dead letters kept; a full dead queue refuses more |
-| `WALFEED_NOTIFIER_METRICS_PORT` | `9104` | Prometheus endpoint; `0` turns it off |
-| `WALFEED_NOTIFIER_METRICS_HOST` | `127.0.0.1` | address of the metrics endpoint (unauthenticated) |
-| `WALFEED_NOTIFIER_AUTHOR_DELIVERIES` | `600` | webhook and email deliveries the events of one author (a post's author, a follower) may cause per window, all notifiers together; past it the notifications are in-app only (ADR 0100); `0`: no budget |
-| `WALFEED_NOTIFIER_AUTHOR_WINDOW` | `3600` | seconds: the author budget's fixed window, of the database clock |"""  # noqa: E501 - worker, notifier: not yet declared (ADR 0130)
 
 _HARNESS: Final = (
     Fixed(("WALFEED_SKIP_LINT",), "`0`", "`1`: `scripts/test` skips ruff, mypy and the packaging check"),
@@ -151,25 +127,30 @@ SECTIONS: Final = (
             (*settings.SHARED, logs.LEVEL, logs.FORMAT, settings.CREDENTIALS_DIRECTORY)),
     Section("### Traces",
             "OpenTelemetry's own variables, read by every process (`services/core/tracing.py`, ADR 0072). Tracing "
-            "needs the\n`otel` extra (`pip install 'walfeed[otel]'`; the Docker image and `scripts/bootstrap.sh` "
-            "install it). Without an\nendpoint nothing is traced or exported and OpenTelemetry is not even imported; "
-            "the outbox rows still get their trace\ncontext and the log lines their `trace_id`.",
+            "needs the `otel` extra (`pip install 'walfeed[otel]'`; the Docker image and `scripts/bootstrap.sh` "
+            "install it). Without an endpoint nothing is traced or exported and OpenTelemetry is not even imported; "
+            "the outbox rows still get their trace context and the log lines their `trace_id`.",
             tracing.SETTINGS),
     Section("## api (`walfeed api`)", "`services/api/config.py`, and the `api` command's flags.", api.SETTINGS),
     Section("## relay (`walfeed relay`)", "`services/cdc_relay/config.py`.", relay.SETTINGS),
     Section("", "With `walfeed relay --source poll` (`services/cdc_relay/poll_policy.py`; window, metrics, shutdown "
-            "and blocked\ntimeouts are the relay's above):", poll.SETTINGS),
-    Section(_CONSUMERS, "", ()),
+            "and blocked timeouts are the relay's above):", relay.POLL_SETTINGS),
+    Section("## worker (`walfeed worker`)",
+            "`services/worker/config.py`: the consumer runtime's settings (`services/consumer/settings.py`) under the "
+            "`WALFEED_WORKER_*` prefix.", worker.SETTINGS),
+    Section("## notifier (`walfeed notifier`)",
+            "`services/notifier/config.py`: the consumer runtime's settings under their own prefix, and the author "
+            "budget (docs/notifications.md).", notifier.SETTINGS),
     Section("## delivery (`walfeed deliver --channel webhook|email`)",
             "`services/delivery/config.py`; what they mean for a delivery: docs/notifications.md. The two "
-            "`WALFEED_WEBHOOK_*`\nsettings are read by the api too, when a webhook is registered "
-            "(`services/delivery/ssrf.py`).", delivery.SETTINGS),
+            "`WALFEED_WEBHOOK_*` settings are read by the api too, when a webhook is registered "
+            "(`services/core/ssrf.py`).", delivery.SETTINGS),
     Section("## prune-notifications (`walfeed prune-notifications`)", "`services/cli/prune.py`.", (prune.RETENTION,)),
     Section("## bootstrap-roles (`walfeed bootstrap-roles`, `walfeed up`)",
             "`services/cli/roles.py`. Run with a Postgres superuser as `WALFEED_DATABASE_URL` and the broker's admin "
             "rights.", roles.SETTINGS, "`walfeed up` generates, for its run, any password not set."),
     Section("## embedder (`services/embedding`, for the coming search consumer)",
-            "`services/embedding/config.py`: which embedder turns posts and queries into vectors (docs/search.md,\n"
+            "`services/embedding/config.py`: which embedder turns posts and queries into vectors (docs/search.md, "
             "docs/adr/0120-local-embedding-model.md). No process reads these yet; the search consumer will.",
             embedder.SETTINGS),
     Section("## Tests and benchmarks", "Read by the test harness, scripts and benchmarks, not by walfeed's processes.",

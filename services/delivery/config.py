@@ -10,8 +10,9 @@ from email.utils import parseaddr
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from services.core import ssrf
 from services.core.settings import BIND_ADDRESS, Declared, Env, Float, Int, OptionalStr, SettingsError, Str
-from services.delivery import budget, policy, ssrf
+from services.delivery import budget, policy
 
 METRICS_PORTS: Final = {"webhook": 9103, "email": 9104}  # one of each channel on a host without a setting
 

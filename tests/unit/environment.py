@@ -18,7 +18,7 @@ from services.core.settings import Env, Settings
 from services.delivery.config import DeliverySettings
 from services.embedding.config import EmbedderSettings
 from services.notifier import config as notifier_config
-from services.worker.config import WorkerSettings
+from services.worker import config as worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 _OS_ENVIRON = re.compile(r'os\.environ(?:\.get\(|\[)"(WALFEED_[A-Z0-9_]+)"')
@@ -39,7 +39,7 @@ def variables_read() -> set[str]:
     environ["WALFEED_SMTP_URL"] = "smtp://mail.example.com"  # the email channel reads its other settings after it
     environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
-                     WorkerSettings.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
+                     worker_config.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
                      log_level, listen_address, EmbedderSettings.from_env):
         from_env(environ)
     RETENTION.read(Env(environ))  # prune-notifications reads it when no --older-than is given
