@@ -31,7 +31,7 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 # A bind address: an IPv4/IPv6 address or a host name (no scheme, no port).
 BIND_ADDRESS = re.compile(r"^[A-Za-z0-9.:\-]{1,253}$")
-METRICS_HOST = BIND_ADDRESS
+METRICS_HOST = BIND_ADDRESS  # its former name, for code written before the declarations
 
 
 class SettingsError(Exception):
