@@ -10,19 +10,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import psycopg
 
+from services.cli.ops_args import RETENTION
 from services.core import durations, retention
-from services.core.settings import Duration, Env, Settings, SettingsError
-
-# A month of history in the api's lists, then read notifications go.
-RETENTION: Final = Duration(
-    "WALFEED_NOTIFICATION_RETENTION", "30d",
-    "what `walfeed prune-notifications` keeps without `--older-than`: settled deliveries and read or withdrawn "
-    "notifications older than this go (ADR 0100)")
-
+from services.core.settings import Env, Settings, SettingsError
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from typing import Final
 
 from services.api import config as api
 from services.cdc_relay import config as relay
-from services.cli import prune, roles
+from services.cli import ops_args, roles
 from services.core import logs, settings, tracing
 from services.core.settings import Declared
 from services.delivery import config as delivery
@@ -145,7 +145,8 @@ SECTIONS: Final = (
             "`services/delivery/config.py`; what they mean for a delivery: docs/notifications.md. The two "
             "`WALFEED_WEBHOOK_*` settings are read by the api too, when a webhook is registered "
             "(`services/core/ssrf.py`).", delivery.SETTINGS),
-    Section("## prune-notifications (`walfeed prune-notifications`)", "`services/cli/prune.py`.", (prune.RETENTION,)),
+    Section("## prune-notifications (`walfeed prune-notifications`)",
+            "`services/cli/ops_args.py`, `services/cli/prune.py`.", (ops_args.RETENTION,)),
     Section("## bootstrap-roles (`walfeed bootstrap-roles`, `walfeed up`)",
             "`services/cli/roles.py`. Run with a Postgres superuser as `WALFEED_DATABASE_URL` and the broker's admin "
             "rights.", roles.SETTINGS, "`walfeed up` generates, for its run, any password not set."),

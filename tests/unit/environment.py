@@ -11,7 +11,7 @@ from typing import Any
 from services.api.config import ApiSettings, listen_address
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.poll_policy import PollSettings
-from services.cli.prune import RETENTION
+from services.cli.ops_args import RETENTION
 from services.cli.roles import RoleSettings, password_variables
 from services.core.logs import log_format, log_level
 from services.core.settings import Env, Settings
