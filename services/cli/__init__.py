@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from services.api import config as api_config  # declarations only: imports no web framework
 from services.core import logs
 from services.core.settings import Settings, SettingsError
 
@@ -49,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker + "
                         "notifier each under its own role")
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--host", default=api_config.HOST.default, help="where the api listens")
+    up.add_argument("--port", type=int, default=api_config.PORT.default_value())
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
 
     status = sub.add_parser("status", help="slot lag, queue depths, dead letters")
