@@ -18,11 +18,11 @@ from typing import Final
 from psycopg.conninfo import make_conninfo
 
 from services.core import queues
-from services.core.settings import Env, SettingsError
+from services.core.settings import Declared, Env, OptionalStr, Secret, SettingsError, Str
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
 PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
-# the api reads events for the Mastodon live stream only (services/api/mastodon/feed.py, docs/adr/0140)
+# the api reads events for the Mastodon live stream only (services/api/mastodon/stream_queue.py, docs/adr/0140)
 AMQP_PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
@@ -66,6 +66,23 @@ def password_variables() -> tuple[str, ...]:
     return (*map(db_password_variable, PROCESSES), *map(amqp_password_variable, AMQP_PROCESSES))
 
 
+_WHOSE: Final = {"api": "the api's", "relay": "the relay's", "worker": "the worker's", "notifier": "the notifier's",
+                 "delivery": "the delivery workers'"}
+ROLE_PREFIX: Final = Str("WALFEED_ROLE_PREFIX", "walfeed",
+                         "prefix of the role and broker user names (`{prefix}_api`, ...)", _PREFIX)
+DB_PASSWORDS: Final = {p: Secret(db_password_variable(p), f"password of {_WHOSE[p]} Postgres role", MIN_PASSWORD_LENGTH)
+                       for p in PROCESSES}
+AMQP_PASSWORDS: Final = {p: Secret(amqp_password_variable(p), f"password of {_WHOSE[p]} broker user",
+                                   MIN_PASSWORD_LENGTH) for p in AMQP_PROCESSES}
+RABBITMQCTL: Final = Str("WALFEED_RABBITMQCTL", "rabbitmqctl",
+                         "how to run rabbitmqctl with the broker's admin rights, e.g. `sudo rabbitmqctl`")
+MANAGEMENT_URL: Final = OptionalStr(
+    "WALFEED_RABBITMQ_MANAGEMENT_URL", "instead of rabbitmqctl: the management API with an administrator's credentials",
+    allowed="an `http://` or `https://` URL")
+SETTINGS: Final[tuple[Declared, ...]] = (
+    ROLE_PREFIX, *DB_PASSWORDS.values(), *AMQP_PASSWORDS.values(), RABBITMQCTL, MANAGEMENT_URL)
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSettings:
     """What `walfeed bootstrap-roles` needs beyond the shared settings. Passwords have no default."""
@@ -79,14 +96,14 @@ class RoleSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoleSettings:
         env = Env(environ)
-        management = env.optional("WALFEED_RABBITMQ_MANAGEMENT_URL")
+        management = MANAGEMENT_URL.read(env)
         if management is not None and not management.startswith(("http://", "https://")):
-            raise SettingsError(f"WALFEED_RABBITMQ_MANAGEMENT_URL={management!r} is invalid: expected http(s)://")
+            raise SettingsError(f"{MANAGEMENT_URL.name}={management!r} is invalid: expected http(s)://")
         return cls(
-            roles=Roles(env.str("WALFEED_ROLE_PREFIX", "walfeed", _PREFIX)),
-            db_passwords={p: env.secret(db_password_variable(p), MIN_PASSWORD_LENGTH) for p in PROCESSES},
-            amqp_passwords={p: env.secret(amqp_password_variable(p), MIN_PASSWORD_LENGTH) for p in AMQP_PROCESSES},
-            rabbitmqctl=env.str("WALFEED_RABBITMQCTL", "rabbitmqctl"),
+            roles=Roles(ROLE_PREFIX.read(env)),
+            db_passwords={p: secret.read(env) for p, secret in DB_PASSWORDS.items()},
+            amqp_passwords={p: secret.read(env) for p, secret in AMQP_PASSWORDS.items()},
+            rabbitmqctl=RABBITMQCTL.read(env),
             management_url=management,
         )
 
@@ -133,7 +150,7 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     work = [t.delivery_queue(channel) for channel in DELIVERY_CHANNELS]
     deliveries = (t.delivery_settle_exchange, *t.all_delivery_queues())
     dead_lettering = [t.delivery_settle_exchange, *work] if queue_type == queues.QUORUM else []
-    stream = re.escape(t.stream_queue_prefix) + r"[0-9a-f]+"  # the api processes' queues (feed.py)
+    stream = re.escape(t.stream_queue_prefix) + r"[0-9a-f]+"  # the api processes' queues (stream_queue.py)
     return {
         "api": Permissions(configure=f"^({re.escape(t.events_exchange)}|{stream})$", write=f"^{stream}$",
                            read=f"^({re.escape(t.events_exchange)}|{stream})$"),

@@ -70,8 +70,8 @@ class Topology:
 
     @property
     def stream_queue_prefix(self) -> str:
-        """Each api process's live-stream queue is this and random hex (services/api/mastodon/feed.py, ADR 0140):
-        exclusive, auto-delete, bound to post and follow events on the events exchange."""
+        """Each api process's live-stream queue is this and random hex (services/api/mastodon/stream_queue.py,
+        ADR 0140): exclusive, auto-delete, bound to post and follow events on the events exchange."""
         return f"{self.prefix}.stream."
 
     @property
