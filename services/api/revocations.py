@@ -7,40 +7,17 @@ a process never serves a cached token while it could have missed a change.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Final
 
-import psycopg
-
+from services.api import listening
 from services.api.authcache import Forgets
-from services.core import backoff
-
-log = logging.getLogger(__name__)
 
 CHANNEL: Final = "walfeed_token_changed"
-HEALTH_CHECK_SECONDS: Final = 5.0  # a dead connection is noticed within this plus statement_timeout
 
 
 async def listen(url: str, cache: Forgets, options: str) -> None:
     """Run until cancelled: keep a LISTEN connection, forget the users whose token changed."""
-    attempt = 0
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, application_name="walfeed-api-listener", options=options) as conn:
-                await conn.execute(f"LISTEN {CHANNEL}")
-                cache.listening(True)
-                attempt = 0
-                log.info("token change listener connected")
-                while True:
-                    async for note in conn.notifies(timeout=HEALTH_CHECK_SECONDS):
-                        cache.forget_user(int(note.payload))
-                    await conn.execute("SELECT 1")  # no news for a while: is the connection still there?
-        except (psycopg.Error, OSError, ValueError) as exc:
-            log.warning("token change listener lost; token cache off until it reconnects",
-                        extra={"error": repr(exc)})
-        finally:
-            cache.listening(False)
-        attempt += 1
-        await asyncio.sleep(backoff.delay(attempt, 0.1, 5.0))  # reconnecting, not waiting for a state
+    await listening.listen(url, CHANNEL, options, name="walfeed-api-listener",
+                           on_note=lambda payload: cache.forget_user(int(payload)), on_state=cache.listening,
+                           connected="token change listener connected",
+                           lost="token change listener lost; token cache off until it reconnects")
