@@ -2,9 +2,9 @@
 
 Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `walfeed`):
 `{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
-`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery` log in, own nothing,
-and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`, `{prefix}_worker`,
-`{prefix}_notifier` and `{prefix}_delivery`, with the permissions of `amqp_permissions`.
+`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery`, `{prefix}_embedder`
+log in, own nothing, and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`,
+`{prefix}_worker`, `{prefix}_notifier` and `{prefix}_delivery`, with the permissions of `amqp_permissions`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from services.core import queues
 from services.core.settings import Env, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
-PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
+PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery", "embedder")
 AMQP_PROCESSES: Final = ("relay", "worker", "notifier", "delivery")  # the api does not talk to the broker
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
@@ -32,6 +32,7 @@ STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
     "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
     "notifier": "30s",  # one batch of notifications with their deliveries (index lookups and inserts)
     "delivery": "10s",  # single-row reads and updates by key; the HTTP or SMTP call holds no statement open
+    "embedder": "30s",  # one batch of bodies by id, one upsert of their vectors, a backfill's scan of a batch
 }
 
 MIN_PASSWORD_LENGTH: Final = 16
