@@ -21,6 +21,17 @@ CREATE TABLE IF NOT EXISTS post_embeddings (
 -- The api's poll (services/api/search_sql.py POLL) and coverage by model (walfeed status).
 CREATE INDEX IF NOT EXISTS post_embeddings_changed_idx ON post_embeddings (model, changed_xid);
 
+-- Each model's backfill (`walfeed embed backfill`, docs/adr/0123): where its pass over the posts stands (resumed
+-- from there) and when a pass first covered every post. Search uses a model's vectors only once `complete_at` is
+-- set: until then a model being introduced would answer from a fraction of the posts.
+CREATE TABLE IF NOT EXISTS embedding_models (
+    model       text        PRIMARY KEY CHECK (char_length(model) BETWEEN 1 AND 200),
+    position    bigint      NOT NULL DEFAULT 0,  -- every live post with id <= position had its turn
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    complete_at timestamptz,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
 -- A deleted post's vectors become tombstones in the deleting transaction (the api's soft delete). SECURITY
 -- DEFINER: it runs as its owner, the api role needs no privilege on post_embeddings beyond SELECT.
 CREATE OR REPLACE FUNCTION walfeed_tombstone_post_embeddings() RETURNS trigger

@@ -44,7 +44,7 @@ GRANT INSERT (owner_id, url, events, secret) ON webhooks TO {api};
 GRANT UPDATE (disabled_at, disabled_reason, failing_since) ON webhooks TO {api};
 -- search (services/api/search_sql.py, 020_search.sql): the vectors of its nearest-neighbour index, read only; the
 -- full-text half reads posts, granted above.
-GRANT SELECT ON post_embeddings TO {api};
+GRANT SELECT ON post_embeddings, embedding_models TO {api};
 REVOKE ALL ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) TO {api};
 GRANT SELECT ON deliveries TO {api};
@@ -114,9 +114,10 @@ REVOKE ALL ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigi
 GRANT EXECUTE ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigint) TO {delivery};
 
 -- embedder (services/embedder/sql.py, `walfeed embed backfill`): live posts' bodies by id, and the vectors it writes
--- (an upsert: SELECT for ON CONFLICT, INSERT and UPDATE of the written columns). It deletes nothing: a deleted
+-- (inserts; updates only to tombstone). It deletes nothing: a deleted
 -- post's vectors become tombstones (020_search.sql's trigger, as the owner; the embedder's post.deleted also).
-GRANT SELECT (id, body, deleted_at) ON posts TO {embedder};
+GRANT SELECT (id, body, created_at, deleted_at) ON posts TO {embedder};
 GRANT SELECT ON post_embeddings TO {embedder};
-GRANT INSERT (post_id, model, dimension, vector), UPDATE (dimension, vector, changed_xid, embedded_at)
-    ON post_embeddings TO {embedder};
+GRANT INSERT (post_id, model, dimension, vector), UPDATE (vector, changed_xid, embedded_at) ON post_embeddings
+    TO {embedder};
+GRANT SELECT, INSERT (model), UPDATE (position, complete_at, updated_at) ON embedding_models TO {embedder};

@@ -66,10 +66,11 @@ class EmbedderSettings:
         return cls(kind, None, "", timeout)
 
 
-def build(settings: EmbedderSettings) -> Embedder | None:
-    """The embedder the settings name, or None when it is off. The local one loads (and checks) its model here."""
+def build(settings: EmbedderSettings, threads: int = 0) -> Embedder | None:
+    """The embedder the settings name, or None when it is off. The local one loads (and checks) its model here and
+    runs on `threads` threads (0: onnxruntime's default, every core)."""
     if settings.kind == "local":
-        return local.LocalEmbedder()
+        return local.LocalEmbedder(threads=threads)
     if settings.kind == "ollama":
         assert settings.url is not None
         return OllamaEmbedder(settings.url, settings.model, settings.timeout)

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from services.api.config import ApiSettings
+from services.api.search_config import SearchSettings
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.poll_policy import PollSettings
 from services.cli.roles import RoleSettings, password_variables
 from services.core.logs import log_format
 from services.core.settings import Settings
 from services.delivery.config import DeliverySettings
+from services.embedder.config import EmbedSettings
 from services.embedding.config import EmbedderSettings
 from services.notifier import config as notifier_config
 from services.worker.config import WorkerSettings
@@ -39,7 +41,7 @@ def variables_read() -> set[str]:
     environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
                      WorkerSettings.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
-                     EmbedderSettings.from_env):
+                     EmbedderSettings.from_env, SearchSettings.from_env, EmbedSettings.from_env):
         from_env(environ)
     DeliverySettings.from_env("email", environ)
     direct = {name for path in (ROOT / "services").rglob("*.py") for name in _OS_ENVIRON.findall(path.read_text())}

@@ -39,7 +39,8 @@ def test_settings_md_lists_exactly_the_variables_the_processes_read() -> None:
 @pytest.mark.parametrize("module", ["services/api/config.py", "services/cdc_relay/config.py",
                                     "services/cdc_relay/poll_policy.py", "services/worker/config.py",
                                     "services/notifier/config.py", "services/delivery/config.py",
-                                    "services/embedding/config.py"])
+                                    "services/embedding/config.py", "services/api/search_config.py",
+                                    "services/embedder/config.py"])
 def test_the_docstring_tables_are_in_settings_md(module: str) -> None:
     table = {line.split("`")[1] for line in (ROOT / module).read_text().splitlines() if line.startswith("| `WALFEED_")}
     assert table and table <= set(_VARIABLE.findall(_process_settings_section()))

@@ -6,14 +6,10 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 
+from services.embedder import store
 from tests.integration.roles.conftest import RoleEnv
 
-VECTOR = np.ones(4, dtype="<f4").tobytes()
-UPSERT = """
-INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, 'm', 4, %s)
-ON CONFLICT (post_id, model) DO UPDATE SET vector = excluded.vector, dimension = excluded.dimension,
-    changed_xid = pg_current_xact_id(), embedded_at = now()
-"""
+VECTORS = np.full((1, 4), 0.5, dtype=np.float32)
 
 
 def test_the_embedder_writes_vectors_the_api_reads_and_the_api_delete_tombstones_them(
@@ -25,11 +21,15 @@ def test_the_embedder_writes_vectors_the_api_reads_and_the_api_delete_tombstones
                              (author[0],)).fetchone()
         assert post is not None
     with psycopg.connect(role_env("embedder")["WALFEED_DATABASE_URL"], autocommit=True) as embedder:
-        assert embedder.execute("SELECT body FROM posts WHERE id = %s AND deleted_at IS NULL",
-                                (post[0],)).fetchone() == ("hello",)
-        embedder.execute(UPSERT, (post[0], VECTOR))
-        embedder.execute(UPSERT, (post[0], VECTOR))  # again: the upsert's UPDATE is allowed too
+        assert store.bodies(embedder, [post[0]]) == [(post[0], "hello")]
+        assert store.insert_vectors(embedder, "m", [post[0]], VECTORS) == 1
+        assert store.insert_vectors(embedder, "m", [post[0]], VECTORS) == 0  # a redelivery
+        assert store.tombstone(embedder, [post[0]]) == 0  # the post is live
+        assert store.ensure_model(embedder, "m") == (0, False)
+        store.advance(embedder, "m", post[0], True)
+        assert store.coverage(embedder, "m") == (1, 1)
     with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as api:
-        assert api.execute("SELECT vector FROM post_embeddings WHERE post_id = %s", (post[0],)).fetchone() == (VECTOR,)
+        assert api.execute("SELECT vector FROM post_embeddings WHERE post_id = %s",
+                           (post[0],)).fetchone() == (VECTORS[0].astype("<f4").tobytes(),)
         api.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (post[0],))
         assert api.execute("SELECT vector FROM post_embeddings WHERE post_id = %s", (post[0],)).fetchone() == (None,)

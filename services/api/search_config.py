@@ -1,0 +1,41 @@
+"""Settings of the api's search (docs/search.md), read once at start; the embedder it embeds queries with is
+WALFEED_EMBEDDER's (services/embedding/config.py).
+
+| variable | default | meaning |
+|---|---|---|
+| `WALFEED_SEARCH_POLL_INTERVAL` | `1.0` | seconds between two reads of new vectors and tombstones (ADR 0122) |
+| `WALFEED_SEARCH_QUERY_TIMEOUT` | `2.0` | seconds a query's embedding may take; then text answers, `degraded` |
+| `WALFEED_API_SEARCH_LIMIT` | `60` | searches per user per window; 0: no limit |
+| `WALFEED_API_SEARCH_WINDOW` | `60` | that window, in seconds |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from services.api.ratelimit import Quota
+from services.core.settings import Env
+
+# A search embeds a query (~5-10 ms of a core with the local model) and asks the index and Postgres: a person
+# searches far less than once a second, a script scraping the corpus more.
+SEARCH_LIMIT: Final = Quota("search", 60, 60)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    poll_interval: float = 1.0
+    query_timeout: float = 2.0
+    limit: Quota = SEARCH_LIMIT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SearchSettings:
+        env = Env(environ)
+        return cls(
+            poll_interval=env.float("WALFEED_SEARCH_POLL_INTERVAL", 1.0, minimum=0.05, maximum=3600.0),
+            query_timeout=env.float("WALFEED_SEARCH_QUERY_TIMEOUT", 2.0, minimum=0.05, maximum=60.0),
+            limit=Quota(SEARCH_LIMIT.policy,
+                        env.int("WALFEED_API_SEARCH_LIMIT", SEARCH_LIMIT.limit, minimum=0, maximum=1_000_000),
+                        env.int("WALFEED_API_SEARCH_WINDOW", SEARCH_LIMIT.window, minimum=1, maximum=86_400)),
+        )
