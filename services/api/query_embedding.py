@@ -13,7 +13,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from services.embedding.protocol import Embedder, EmbedderUnavailable
+from services.embedding.protocol import TIMEOUT, Embedder, EmbedderUnavailable
 
 # Queries in flight per process at most (running or queued for the embedding thread): beyond, a search does not
 # wait for the model at all. The local model embeds a query in ~5-10 ms of its one thread.
@@ -38,7 +38,7 @@ class QueryEmbedder:
         try:
             return await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
-            raise EmbedderUnavailable(f"the query's embedding took longer than {self._timeout}s") from None
+            raise EmbedderUnavailable(f"the query's embedding took longer than {self._timeout}s", TIMEOUT) from None
 
     def _one(self, text: str) -> npt.NDArray[np.float32]:
         try:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.embedding.protocol import EmbedderUnavailable, Vectors
+from services.embedding.protocol import DIMENSION, EmbedderUnavailable, Vectors
 
 
 def normalise(rows: npt.NDArray[Any]) -> Vectors:
@@ -46,7 +46,8 @@ def matrix(rows: Any, count: int, dimension: int | None) -> Vectors:
         if expected is None:
             expected = len(row)
         if len(row) != expected:
-            raise EmbedderUnavailable(f"vector {number} has {len(row)} dimensions, expected {expected}")
+            raise EmbedderUnavailable(f"vector {number} has {len(row)} dimensions, expected {expected}",
+                                      DIMENSION)
         for value in row:
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise EmbedderUnavailable(f"vector {number} has a component that is not a finite number: {value!r}"
