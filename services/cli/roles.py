@@ -4,7 +4,8 @@ Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `
 `{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
 `{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery`, `{prefix}_embedder`
 log in, own nothing, and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`,
-`{prefix}_worker`, `{prefix}_notifier` and `{prefix}_delivery`, with the permissions of `amqp_permissions`.
+`{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery` and `{prefix}_embedder`, with the permissions of
+`amqp_permissions`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from services.core.settings import Env, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
 PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery", "embedder")
-AMQP_PROCESSES: Final = ("relay", "worker", "notifier", "delivery")  # the api does not talk to the broker
+AMQP_PROCESSES: Final = ("relay", "worker", "notifier", "delivery", "embedder")  # the api does not use the broker
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
@@ -121,6 +122,8 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     notifier: as the worker, on its own queues and settle exchange; and declare (configure) and bind (write) the
     delivery work queues, which it never reads: the delivery events it writes must never be unroutable (ADR 0080).
     delivery: the same for both channels' queues and the deliveries settle exchange (docs/adr/0081).
+    embedder: declare (configure) the grouped exchange and its one queue, bind it there (write on the queue, read on
+    the exchange) and consume it (read); it publishes nothing.
     With quorum queues (docs/adr/0090) a delivery work queue dead-letters into its dead queue through the deliveries
     settle exchange, and the broker lets a process declare it so only with read on the queue and write on that
     exchange: the notifier gets both (it still never consumes them).
@@ -147,6 +150,11 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
             configure=_exactly(t.events_exchange, *deliveries),
             write=_exactly(*deliveries),
             read=_exactly(t.events_exchange, *deliveries),
+        ),
+        "embedder": Permissions(
+            configure=_exactly(t.grouped_exchange, t.embedder_queue),
+            write=_exactly(t.embedder_queue),
+            read=_exactly(t.grouped_exchange, t.embedder_queue),
         ),
     }
 

@@ -45,9 +45,14 @@ UPDATE embedding_models SET position = greatest(position, %(position)s), updated
     complete_at = CASE WHEN %(complete)s THEN coalesce(complete_at, now()) ELSE complete_at END
 WHERE model = %(model)s
 """
-# Coverage of a model (walfeed status): live posts up to the horizon, and those of them with a vector.
+# Coverage of a model (walfeed status): live posts, those with a vector, the oldest one without (the lag), and the
+# model's backfill row. A scan of every live post: an operator's command, not a process's.
 COVERAGE: Final = """
-SELECT count(*) AS live, count(e.post_id) AS embedded
+SELECT count(*) AS live, count(e.post_id) AS embedded,
+       min(p.created_at) FILTER (WHERE e.post_id IS NULL) AS oldest_missing,
+       (SELECT position FROM embedding_models WHERE model = %(model)s) AS position,
+       (SELECT complete_at FROM embedding_models WHERE model = %(model)s) AS complete_at
 FROM posts p LEFT JOIN post_embeddings e ON e.post_id = p.id AND e.model = %(model)s AND e.vector IS NOT NULL
 WHERE p.deleted_at IS NULL
 """
+MODELS: Final = "SELECT model FROM embedding_models ORDER BY model"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -56,7 +58,21 @@ def advance(conn: Conn, model: str, position: int, complete: bool) -> None:
     conn.execute(sql.ADVANCE, {"model": model, "position": position, "complete": complete})
 
 
-def coverage(conn: Conn, model: str) -> tuple[int, int]:
-    """(live posts, those with a vector of the model)."""
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    model: str
+    live: int  # live posts
+    embedded: int  # of them with a vector of the model
+    oldest_missing: datetime | None  # created_at of the oldest live post without one
+    position: int | None  # the backfill's (None: never run for the model)
+    complete_at: datetime | None
+
+
+def coverage(conn: Conn, model: str) -> Coverage:
     row = conn.execute(sql.COVERAGE, {"model": model}).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    assert row is not None
+    return Coverage(model, int(row[0]), int(row[1]), row[2], None if row[3] is None else int(row[3]), row[4])
+
+
+def models(conn: Conn) -> list[str]:
+    return [str(r[0]) for r in conn.execute(sql.MODELS).fetchall()]

@@ -27,7 +27,8 @@ def test_the_embedder_writes_vectors_the_api_reads_and_the_api_delete_tombstones
         assert store.tombstone(embedder, [post[0]]) == 0  # the post is live
         assert store.ensure_model(embedder, "m") == (0, False)
         store.advance(embedder, "m", post[0], True)
-        assert store.coverage(embedder, "m") == (1, 1)
+        covered = store.coverage(embedder, "m")
+        assert (covered.live, covered.embedded, covered.position) == (1, 1, post[0])
     with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as api:
         assert api.execute("SELECT vector FROM post_embeddings WHERE post_id = %s",
                            (post[0],)).fetchone() == (VECTORS[0].astype("<f4").tobytes(),)

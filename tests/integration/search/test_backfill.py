@@ -9,6 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from services.cli.status import embedding_status
+from services.core.settings import Settings
 from services.embedder import backfill
 from services.embedding.local import LocalEmbedder
 from testkit.processes import Processes
@@ -84,3 +86,16 @@ def test_walfeed_embed_backfill_prints_progress_and_fills_every_post(database_ur
     assert _embedded(database_url) == set(ids)
     bad = processes.start("bad", "embed", "backfill", "--batch-size", "0")
     assert bad.wait(timeout=60) == 2 and "--batch-size 0 is invalid" in bad.log()
+
+
+def test_status_shows_the_coverage_and_lag_of_the_configured_model(database_url: str, author: tuple[int, str],
+                                                                   embedder: LocalEmbedder, settings: Settings) -> None:
+    _posts(database_url, author[0], ["first", "second"])
+    before = embedding_status(settings)
+    assert [(m.model, m.configured, m.live_posts, m.embedded, m.complete) for m in before] == [
+        (embedder.model_id, True, 2, 0, False)]
+    assert before[0].lag_seconds is not None and before[0].lag_seconds >= 0
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        backfill.run_pass(conn, embedder, settle=0)
+    after = embedding_status(settings)[0]
+    assert (after.embedded, after.lag_seconds, after.complete) == (2, 0.0, True)
