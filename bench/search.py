@@ -33,7 +33,8 @@ DATA = Path(__file__).with_name("data") / "search_labelled.json"
 
 
 def _unit(rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray[Any, Any] = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def _latencies(search: Any, queries: np.ndarray[Any, Any]) -> list[float]:
