@@ -67,6 +67,9 @@ class SearchIndex:
                     log.warning("search index cannot be built or read the table; trying again",
                                 extra={"model": self.model, "error": str(exc)[:300]})
                 self._failing = True
+            except Exception:  # a bug of ours or the index library's: logged, tried again, never a dead task
+                log.exception("search index update failed; trying again", extra={"model": self.model})
+                self._failing = True
             await asyncio.sleep(interval)
 
     async def _build(self, url: str) -> None:

@@ -12,7 +12,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Query, Request, Response
 
 from services.api import fusion, search_plan, search_store
-from services.api.deps import Token, session, throttle
+from services.api.deps import Token, database, session, throttle
 from services.api.models import BIGINT_MAX, SearchPage, search_page_json
 from services.api.problems import ApiError
 from services.api.routes import AUTH, INVALID, LIMITED, UNAVAILABLE, CursorParam, Limit, invalid
@@ -74,13 +74,14 @@ async def search(token: Token, request: Request, q: Q, mode: ModeParam = "hybrid
     wanted = search_plan.depth(offset, limit)
     async with session(request, token) as (db, me):
         await throttle(request, db, service.settings.limit, str(me))  # before the model spends CPU on it
-        vector = None
-        if plan.semantic:
-            assert service.queries is not None
-            try:
-                vector = await service.queries.embed(query.q)
-            except EmbedderUnavailable:
-                plan = search_plan.after_embedding_failure()
+    vector = None
+    if plan.semantic:  # holding no connection meanwhile
+        assert service.queries is not None
+        try:
+            vector = await service.queries.embed(query.q)
+        except EmbedderUnavailable:
+            plan = search_plan.after_embedding_failure()
+    async with database(request) as db:
         ranked = await _rank(db, service, plan, query, vector, wanted)
     shown, next_offset = search_plan.page_cut(len(ranked), offset, limit)
     service.searches.labels(plan.answered_mode, plan.degraded or "none").inc()
