@@ -51,7 +51,7 @@ async def _polls(database_url: str) -> None:
         async def holds(expected: set[int]) -> None:
             for _ in range(200):
                 if index.index is not None and {p for p, _ in index.index.search(
-                        np.ones(4, dtype=np.float32) / 2, 10)} == expected:
+                        np.full(4, 0.5, dtype=np.float32), 10)} == expected:
                     return
                 await asyncio.sleep(0.05)  # the poll's interval, not a wait for a state: polled until it holds
             raise AssertionError(f"the index never held {expected}")
