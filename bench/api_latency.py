@@ -13,27 +13,28 @@ starts the real `walfeed api` process on a free port (its log in <--out>/logs), 
    run reaches; --no-rate-limit: without it) vs the floor app (bench/floor_app.py: a minimal FastAPI route running
    the same one-statement insert, sql.CREATE_POST, with the same server, processes and pool; target api / floor
    app >= 0.7) and vs pgbench running that statement with the same number of connections; medians of per-round
-   ratios (--json FILE: the figures as JSON too).
+   ratios.
 3. GET /v1/timeline p50/p99 (20 per page) for a user following 500 accounts of which 20 are celebrities:
    the first page, and every page of a scroll that goes below the timeline floor.
 
-No worker runs: the numbers are the API's own cost (no fan-out happens in the request path anyway).
+No worker runs: the numbers are the API's own cost (no fan-out happens in the request path anyway). --json FILE
+writes the figures of the parts that ran (bench/lib/figures.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import psycopg
 
-from bench.lib import closedloop, entry, infra, otlp_sink
+from bench.lib import closedloop, entry, figures, infra, otlp_sink
 from bench.lib.closedloop import load
 from bench.lib.cpumeter import CpuMeter
 from bench.lib.stats import percentile
@@ -83,8 +84,10 @@ def post_latency(client: httpx.Client, small: dict[str, str], big: dict[str, str
     return times
 
 
-def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, str], n: int, rounds: int) -> None:
-    """Per round, n interleaved posts per author and the ratio of their p99s; the median ratio is the result."""
+def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, str], n: int,
+                   rounds: int) -> dict[str, float]:
+    """Per round, n interleaved posts per author and the ratio of their p99s; the median ratio is the result. Its
+    figures: that ratio and the pooled p99s (ms)."""
     ratios: list[float] = []
     pooled: dict[str, list[float]] = {"small": [], "big": []}
     for r in range(rounds):
@@ -99,6 +102,9 @@ def latency_rounds(client: httpx.Client, small: dict[str, str], big: dict[str, s
     print(f"  pooled p99 ratio {percentile(pooled['big'], 0.99) / percentile(pooled['small'], 0.99):.2f}; per round "
           f"{' '.join(f'{x:.2f}' for x in ratios)}")
     print(f"  p99 ratio big/small = {statistics.median(ratios):.2f} (median of {rounds} rounds; target <= 1.2)")
+    return {"p99_ratio_big_small": statistics.median(ratios),
+            "post_p99_ms_10_followers": percentile(pooled["small"], 0.99) * 1000,
+            "post_p99_ms_100k_followers": percentile(pooled["big"], 0.99) * 1000}
 
 
 def post_requests(auths: list[dict[str, str]]) -> list[bytes]:
@@ -177,6 +183,14 @@ def throughput(port: int, api_pid: int, floor: tuple[int, int], url: str, author
     return summary
 
 
+def throughput_figures(summary: Mapping[str, object]) -> dict[str, float]:
+    """The throughput run's figures under the names run_all's report reads (bench/lib/report.py RATIOS)."""
+    names = {"api_posts_per_s": "api_posts_per_s", "pgbench_tps": "pgbench_tps",
+             "throughput_ratio": "api_over_pgbench", "floor_posts_per_s": "floor_posts_per_s",
+             "api_over_floor": "api_over_floor", "api_ms_per_post": "api_ms_per_post"}
+    return {name: float(value) for name, key in names.items() if isinstance(value := summary.get(key), int | float)}
+
+
 def timeline_reads(client: httpx.Client, auth: dict[str, str], n: int) -> tuple[list[float], list[float], int]:
     first: list[float] = []
     for _ in range(n):
@@ -213,7 +227,8 @@ def main() -> int:
     parser.add_argument("--profile", metavar="FILE", help="py-spy (if installed) the api during one extra post "
                                                           "run; collapsed stacks to FILE")
     parser.add_argument("--out", type=Path, help="folder for the api's log (default bench/results/<ts>-api)")
-    parser.add_argument("--json", type=Path, help="also write the throughput figures to this file")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py), with "
+                        "the throughput runs")
     parser.add_argument("--no-rate-limit", dest="rate_limit", action="store_false",
                         help="the api without its write limiter's statement (default: counted, limit 1,000,000/min)")
     parser.add_argument("--otlp", help="the api exports its spans to this OTLP/HTTP endpoint ('sink': a local one "
@@ -250,15 +265,16 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
 
         print(f"api and floor app on {args.server}: {args.workers} worker process(es), pool {args.pool} each; "
               f"{args.clients} HTTP clients")
+        found: dict[str, float] = {}
+        details: dict[str, object] = {"meta": {k: v for k, v in vars(args).items() if k != "json"}}
         if args.only in (None, "latency"):
             post_latency(client, small, big, 30)  # warm-up
-            latency_rounds(client, small, big, args.requests, args.rounds)
+            found.update(latency_rounds(client, small, big, args.requests, args.rounds))
         if args.only in (None, "throughput"):
             authors = [signup(client, f"w{i}") for i in range(args.clients)]
             summary = throughput(port, api.pid, (floor_port, floor.pid), url, authors, args)
-            if args.json:
-                args.json.write_text(json.dumps({"meta": {k: v for k, v in vars(args).items() if k != "json"},
-                                                 "throughput": summary}, indent=2, default=str))
+            details["throughput"] = summary
+            found.update(throughput_figures(summary))
             if args.profile:
                 closedloop.profiled_load(port, api.pid, post_requests([a for _, a in authors]), b"HTTP/1.1 201",
                                          args.clients, args.seconds, args.profile)
@@ -266,6 +282,8 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
             first, scroll, pages = timeline_reads(client, reader, 200)
             print(f"GET /v1/timeline first page (500 followed, 20 celebrities): {ms(first)}")
             print(f"GET /v1/timeline scrolling {pages} pages (crosses the floor):  {ms(scroll)}")
+            found["timeline_first_p99_ms"] = percentile(first, 0.99) * 1000
+        figures.write(args.json, found, **details)
     return 0
 
 

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -26,7 +25,7 @@ import httpx
 from bench.lib import closedloop, entry, infra
 from bench.lib.cpumeter import CpuMeter
 from bench.read_throughput import requests, seed
-from testkit.processes import free_port
+from testkit.processes import Process, free_port
 
 
 def post_requests(first: int, last: int) -> list[bytes]:
@@ -97,18 +96,12 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     return 0
 
 
-def granian(res: infra.Resources, port: int, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
+def granian(res: infra.Resources, port: int, env: dict[str, str], workers: int) -> Process:
     """The api's worker factory under granian's own command line."""
-    binary = Path(sys.executable).parent / "granian"
-    with open(res.log_dir / "granian.log", "ab") as log:
-        proc = subprocess.Popen([str(binary), "--interface", "asgi", "--factory", "--loop", "uvloop", "--workers",
-                                 str(workers), "--host", "127.0.0.1", "--port", str(port), "--no-ws",
-                                 "--log-level", "warning", "services.api.main:worker_app"],
-                                env={**os.environ, **env}, cwd=infra.ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    res.procs.append(proc)
-    return proc
-
+    return res.start("granian", ["--interface", "asgi", "--factory", "--loop", "uvloop", "--workers", str(workers),
+                                 "--host", "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
+                                 "services.api.main:worker_app"], env,
+                     command=[str(Path(sys.executable).parent / "granian")])
 
 if __name__ == "__main__":
     entry.run(main)

@@ -1,7 +1,7 @@
-"""Capacity: offered load in steps through the real pipeline, up to the knee (issue 12).
+"""Capacity: offered load in steps through the real pipeline, up to the knee.
 
     .venv/bin/python -m bench.capacity [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
-                                       [--kinds sql,http] [--quick] [--out DIR]
+                                       [--kinds sql,http] [--quick] [--out DIR] [--json FILE]
 
 Two pipelines run side by side, each on its own database (seeded: 100 authors with 10 followers each, and a
 history), AMQP prefix and slot, with the real processes: `walfeed relay` and 2 `walfeed worker`s each, and for
@@ -38,7 +38,6 @@ import json
 import math
 import os
 import resource
-import subprocess
 import sys
 import time
 import uuid
@@ -50,11 +49,11 @@ from typing import Any
 import httpx
 import psycopg
 
-from bench.lib import dbload, e2e, entry, httpload, infra, knee, proc, stats
+from bench.lib import dbload, e2e, entry, figures, httpload, infra, knee, proc, stats
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR
 from bench.run_all import process_env as pipeline_env
-from testkit.processes import free_port
+from testkit.processes import Process, free_port
 from testkit.waiting import eventually
 
 STEPS = (250, 500, 1000, 2000, 4000)
@@ -91,7 +90,7 @@ class Pipeline:
     kind: str
     url: str
     prefix: str
-    procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
+    procs: dict[str, list[Process]] = field(default_factory=dict)
     port: int = 0  # the api's (http kind)
 
     @property
@@ -230,6 +229,17 @@ def settings() -> str:
                                                                                         "WALFEED_API_")))
 
 
+def figures_of(results: list[dict[str, Any]], knees: Mapping[str, int]) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py): per writer kind that ran, its knee and the most posts/s delivered
+    by any of its steps."""
+    out: dict[str, float] = {}
+    for kind, at in knees.items():
+        out[f"knee_{kind}_posts_per_s"] = float(at)
+        out[f"max_delivered_{kind}_posts_per_s"] = max((float(s["delivered"]) for s in results if s["kind"] == kind),
+                                                       default=0.0)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default 250,500,1000,2000,4000)")
@@ -238,9 +248,10 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds: sql, http or both (default)")
     parser.add_argument("--quick", action="store_true", help="steps 250,1000,2000 of 3 s each")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-capacity)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     parser.add_argument("--listener", action="store_true",
-                        help="also consume every post.created from the events exchange, as the steps did before issue "
-                             "12's last session (its load on the broker and this process, measured)")
+                        help="also consume every post.created from the events exchange, as the steps did before "
+                             "the batch worker's tuning (its load on the broker and this process, measured)")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")] if args.steps else list(QUICK_STEPS if args.quick else STEPS)
     seconds = args.seconds or (3.0 if args.quick else 30.0)
@@ -289,9 +300,10 @@ def main() -> int:
 
     plots.capacity(results, knees, out / "capacity.png")
     print(markdown(result))
+    found = figures_of(results, knees)
+    figures.write(args.json, found, report=str(out / "report.json"))
     for kind in kinds:
-        delivered = max((s["delivered"] for s in results if s["kind"] == kind), default=0.0)
-        print(f"max delivered, {kind.upper()} writers: {delivered:,.0f} posts/s")
+        print(f"max delivered, {kind.upper()} writers: {found[f'max_delivered_{kind}_posts_per_s']:,.0f} posts/s")
     print(f"results in {out}")
     return 1 if aborted else 0
 

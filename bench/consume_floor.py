@@ -7,7 +7,7 @@ its own, then consumes them as the worker does (manual acks, `multiple=True` onc
 batch size and prefetch) and prints the CPU per message of this process and of RabbitMQ (the whole broker: other
 users of the machine count too). The consumer figure is pika's floor, not the cheapest client possible: what the
 fan-out worker spends per message above it is its own (decoding, batching, the database round trips, settling;
-issue 12's ratio, docs/results.md), and a leaner AMQP client could go below it. Removes its queue at the end.
+the fan-out ratio, docs/results.md), and a leaner AMQP client could go below it. Removes its queue at the end.
 """
 
 from __future__ import annotations

@@ -9,21 +9,18 @@ change of load on the shared machine hits both alike; the result is the median o
 
 The worker's rate is N over the span from its first to its last recorded delivery (`deliveries.updated_at`), so
 start-up is not counted; the messages are published straight to the events exchange (the relay is measured by
-bench/relay_throughput.py). Creates its own database and AMQP names and removes them. Usage:
-    .venv/bin/python -m bench.delivery_throughput [--deliveries 3000] [--pairs 3] [--concurrency 16]
+bench/relay_throughput.py). Creates its own database and AMQP names (bench/lib/infra.py) and removes them, also on
+Ctrl-C. Usage:
+    .venv/bin/python -m bench.delivery_throughput [--deliveries 3000] [--pairs 3] [--concurrency 16] [--out DIR]
+                                                  [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,21 +29,14 @@ from typing import Any
 import httpx
 import pika
 import psycopg
-from psycopg import sql
 
-from bench.lib import proc
+from bench.lib import entry, figures, infra, proc
 from services.core import events as ev
-from services.core.migrate import apply_schema
 from services.core.topology import Topology
 from services.delivery import broker, payload, signing
-from testkit import resources
 from testkit.processes import free_port
 from testkit.waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[1]
-
-PG_ADMIN = os.environ.get("WALFEED_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-AMQP = os.environ.get("WALFEED_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 SECRET = signing.generate_secret()
 
 SEED = (
@@ -73,26 +63,17 @@ async def receiver_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-@contextlib.contextmanager
-def database(n: int, webhooks: int, url: str) -> Iterator[str]:
-    name = f"walfeed_bench_delivery_{uuid.uuid4().hex[:8]}"
-    db_url = psycopg.conninfo.make_conninfo(PG_ADMIN, dbname=name)
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        apply_schema(db_url)
-        with psycopg.connect(db_url) as conn:
-            for statement in SEED:
-                conn.execute(statement, {"url": url, "secret": SECRET, "webhooks": webhooks, "n": n})
-            conn.execute("ANALYZE")
-        yield db_url
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+def seed(url: str, n: int, webhooks: int, receiver: str) -> list[int]:
+    """N pending deliveries spread over `webhooks` webhooks of the receiver. Returns their ids."""
+    with psycopg.connect(url) as conn:
+        for statement in SEED:
+            conn.execute(statement, {"url": receiver, "secret": SECRET, "webhooks": webhooks, "n": n})
+        conn.execute("ANALYZE")
+        return [r[0] for r in conn.execute("SELECT id FROM deliveries ORDER BY id").fetchall()]
 
 
 def publish_backlog(topology: Topology, ids: list[int]) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    conn = pika.BlockingConnection(pika.URLParameters(infra.AMQP))
     try:
         channel = conn.channel()
         broker.declare(channel, topology, "webhook", 100_000)
@@ -105,18 +86,18 @@ def publish_backlog(topology: Topology, ids: list[int]) -> None:
         conn.close()
 
 
-def worker_run(db_url: str, prefix: str, ids: list[int], concurrency: int) -> tuple[float, float]:
+def worker_run(res: infra.Resources, db_url: str, prefix: str, ids: list[int], concurrency: int,
+               run: int) -> tuple[float, float]:
     """(deliveries/s, worker CPU ms per delivery from its first delivery on)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         for statement in RESET:
             conn.execute(statement)
     publish_backlog(Topology(prefix), ids)
-    env = {**os.environ, "WALFEED_DATABASE_URL": db_url, "WALFEED_AMQP_URL": AMQP, "WALFEED_AMQP_PREFIX": prefix,
+    env = {"WALFEED_DATABASE_URL": db_url, "WALFEED_AMQP_URL": infra.AMQP, "WALFEED_AMQP_PREFIX": prefix,
            "WALFEED_DELIVERY_CONCURRENCY": str(concurrency), "WALFEED_WEBHOOK_ALLOW_HTTP": "true",
            "WALFEED_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WALFEED_LOG_LEVEL": "WARNING",
            "WALFEED_DELIVERY_METRICS_PORT": "0"}
-    worker = subprocess.Popen([sys.executable, "-m", "services.cli", "deliver", "--channel", "webhook"], env=env,
-                              stdin=subprocess.DEVNULL)
+    worker = res.start(f"deliver-webhook-{run}", ["deliver", "--channel", "webhook"], env)
     try:
         def span() -> tuple[int, float]:
             with psycopg.connect(db_url, autocommit=True) as conn:
@@ -128,8 +109,7 @@ def worker_run(db_url: str, prefix: str, ids: list[int], concurrency: int) -> tu
         eventually(lambda: span()[0] == len(ids), timeout=600, interval=0.2, what="every delivery DELIVERED")
         cpu = ((proc.cpu_seconds(worker.pid) or 0.0) - first[1]) / (len(ids) - first[0]) * 1000
     finally:
-        worker.terminate()
-        worker.wait(30)
+        res.stop(worker, timeout=30)
     return len(ids) / span()[1], cpu
 
 
@@ -159,37 +139,43 @@ def main() -> int:
     parser.add_argument("--webhooks", type=int, default=300, help="targets (each gets deliveries / webhooks)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--out", type=Path, help="folder for the processes' logs (default bench/results/<ts>-deliver)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     args = parser.parse_args()
+    logs = infra.results_folder(args.out, "deliver") / "logs"
+    print(f"logs in {logs}", flush=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}/hook"
-    receiver = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.delivery_throughput:receiver_app",
-                                 "--port", str(port), "--log-level", "warning", "--no-access-log"],
-                                cwd=ROOT, stdin=subprocess.DEVNULL)
-    prefix = f"wfbench_delivery_{uuid.uuid4().hex[:8]}"
-    try:
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        res.start("receiver", ["bench.delivery_throughput:receiver_app", "--port", str(port), "--log-level", "warning",
+                               "--no-access-log"], {}, module="uvicorn")
         eventually(lambda: httpx.post(url).status_code == 204, timeout=30, what="receiver up")
-        with database(args.deliveries, args.webhooks, url) as db_url:
-            with psycopg.connect(db_url) as conn:
-                ids = [r[0] for r in conn.execute("SELECT id FROM deliveries ORDER BY id").fetchall()]
-            pairs = []
-            for n in range(args.pairs):
-                worker, worker_cpu = worker_run(db_url, prefix, ids, args.concurrency)
-                client, client_cpu = client_run(url, ids, args.concurrency)
-                pairs.append((worker, client))
-                print(f"pair {n + 1}: worker {worker:,.0f}/s ({worker_cpu:.2f} ms CPU each), bare httpx "
-                      f"{client:,.0f}/s ({client_cpu:.2f} ms CPU each), ratio {worker / client:.2f}", flush=True)
-    finally:
-        receiver.terminate()
-        receiver.wait(30)
-        resources.delete_amqp_names(AMQP, Topology(prefix), [])
-    ratios = [w / c for w, c in pairs]
+        db_url = res.database("delivery")
+        prefix = res.prefix("delivery", declare=False)  # the worker declares its own queues
+        ids = seed(db_url, args.deliveries, args.webhooks, url)
+        pairs = []
+        for n in range(args.pairs):
+            worker, worker_cpu = worker_run(res, db_url, prefix, ids, args.concurrency, n)
+            client, client_cpu = client_run(url, ids, args.concurrency)
+            pairs.append((worker, client, worker_cpu))
+            print(f"pair {n + 1}: worker {worker:,.0f}/s ({worker_cpu:.2f} ms CPU each), bare httpx "
+                  f"{client:,.0f}/s ({client_cpu:.2f} ms CPU each), ratio {worker / client:.2f}", flush=True)
+    found = figures_of(pairs)
     print(f"deliveries {args.deliveries}, webhooks {args.webhooks}, concurrency {args.concurrency}: "
-          f"worker median {statistics.median(w for w, _ in pairs):,.0f}/s, "
-          f"bare httpx median {statistics.median(c for _, c in pairs):,.0f}/s, "
-          f"ratio median {statistics.median(ratios):.2f} (pairs {', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"worker median {found['worker_per_s']:,.0f}/s, bare httpx median {found['client_per_s']:,.0f}/s, "
+          f"ratio median {found['ratio']:.2f} (pairs {', '.join(f'{w / c:.2f}' for w, c, _ in pairs)}; "
           "target >= 0.7)")
+    figures.write(args.json, found, meta={k: v for k, v in vars(args).items() if k != "json"})
     return 0
 
 
+def figures_of(pairs: list[tuple[float, float, float]]) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py), from (worker/s, bare client/s, worker CPU ms each) pairs: the
+    median of the per-pair ratios and of each side."""
+    return {"ratio": statistics.median(w / c for w, c, _ in pairs),
+            "worker_per_s": statistics.median(w for w, _, _ in pairs),
+            "client_per_s": statistics.median(c for _, c, _ in pairs),
+            "worker_cpu_ms_per_delivery": statistics.median(cpu for _, _, cpu in pairs)}
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

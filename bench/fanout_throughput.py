@@ -1,9 +1,9 @@
 """Fan-out throughput: `walfeed worker` processes vs the design-independent ceiling, side by side in one run.
 
     .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
-                                                [--group-max N]
+                                                [--group-max N] [--out DIR] [--json FILE]
 
-The ceiling (issue 12; STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
+The ceiling (STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
 (fewer if needed to keep all K busy), on K connections, K = --processes = the worker processes
 (WALFEED_WORKER_CONCURRENCY 1 each unless set).
@@ -12,7 +12,8 @@ Each run measures, for authors with 10 followers (--small-events posts) and with
 the workers fanning out N fresh posts and the ceiling writing the rows of N other fresh posts, interleaved (the
 order alternates from run to run). Reported per audience: worker rows/s ÷ ceiling rows/s, median over runs; for
 10-follower authors also events/s. For 1,000-follower authors also, labelled apart, the old ceiling: the worker's
-per-post statements of before issue 12 (LEGACY, frozen here: the baseline of "no worse than today").
+per-post statements of before the batch worker (ADR 0024; LEGACY, frozen here: the baseline of "no worse than
+today").
 
 For 10-follower authors each side's CPU per post is reported by part (the worker processes, this database's
 backends by application, RabbitMQ, this process) and its WAL per post (records touching this database's
@@ -42,7 +43,6 @@ import os
 import resource
 import signal
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -53,13 +53,14 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.lib import dbload, e2e, entry, infra, proc
+from bench.lib import dbload, e2e, entry, figures, infra, proc
 from services.cdc_relay import routes
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.messages import EVENTS, GROUPED, SINGLE, EventProperties, group_properties, outgoing
 from services.cdc_relay.relay import READ_BATCH
 from services.core import events as ev
 from services.core.topology import Topology
+from testkit.processes import Process
 
 Conn = psycopg.Connection[Any]
 Post = tuple[int, int]  # (post id, author id)
@@ -79,8 +80,9 @@ ORDER BY r.user_id, r.post_id
 ON CONFLICT DO NOTHING
 """
 
-# The worker's per-post statements before issue 12 (services/worker/sql.py at 9950d22), frozen: the old ceiling,
-# kept so that a rewritten worker is still compared with what it replaced ("no worse than today's ratio").
+# The worker's per-post statements before the batch worker (ADR 0024; services/worker/sql.py at 9950d22), frozen:
+# the old ceiling, kept so that a rewritten worker is still compared with what it replaced ("no worse than today's
+# ratio").
 LEGACY_LOCK = "SELECT pg_advisory_xact_lock_shared(%(author_id)s)"
 LEGACY_DECIDE = "UPDATE posts SET fanned_out = true WHERE id = %(post_id)s AND fanned_out IS NULL RETURNING fanned_out"
 LEGACY_OWN = """
@@ -247,7 +249,7 @@ def _timed(conns: list[Conn], work: Callable[[int], None]) -> float:
 
 class Bench:
     def __init__(self, conn: Conn, ceiling: list[Conn], channel: Any, topology: Topology,
-                 workers: list[subprocess.Popen[bytes]], admin: Conn) -> None:
+                 workers: list[Process], admin: Conn) -> None:
         self.conn, self.ceiling, self.channel, self.topology, self.workers = conn, ceiling, channel, topology, workers
         self.admin = admin
         self.dbname = str(conn.info.dbname)
@@ -321,7 +323,7 @@ class Bench:
 
     def _signal(self, sig: int) -> None:
         for w in self.workers:
-            w.send_signal(sig)
+            w.send(sig)
 
 
 def run_pair(bench: Bench, authors: list[int], n: int, followers: int, order: int, legacy: bool,
@@ -358,6 +360,32 @@ def median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def figures_of(runs: dict[int, list[dict[str, float]]], group_max: list[int]) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py): the first --group-max value's worker against both ceilings, medians
+    of the runs (ratios: medians of the per-run ratios); for each further value its ratios to the set-based ceiling
+    and to the first worker in the same runs (`groups_<g>_...`)."""
+    def ratio(followers: int, worker: str, ceiling: str) -> float:
+        return statistics.median(r[f"{worker}_rows_per_s"] / r[ceiling] for r in runs[followers])
+
+    first = side(group_max[0], 0)
+    out = {"ratio_small": ratio(SMALL, first, "set_based_rows_per_s"),
+           "worker_small_rows_per_s": median(runs[SMALL], f"{first}_rows_per_s"),
+           "ceiling_small_rows_per_s": median(runs[SMALL], "set_based_rows_per_s"),
+           "ratio_big": ratio(BIG, first, "set_based_rows_per_s"),
+           "worker_big_rows_per_s": median(runs[BIG], f"{first}_rows_per_s"),
+           "ceiling_big_rows_per_s": median(runs[BIG], "set_based_rows_per_s"),
+           "ratio_big_per_post": ratio(BIG, first, "per_post_rows_per_s"),
+           "per_post_rows_per_s": median(runs[BIG], "per_post_rows_per_s"),
+           "small_events_per_s": median(runs[SMALL], f"{first}_events_per_s")}
+    for i, g in enumerate(group_max[1:], 1):
+        other = side(g, i)
+        out[f"groups_{g}_ratio_small"] = ratio(SMALL, other, "set_based_rows_per_s")
+        out[f"groups_{g}_ratio_big"] = ratio(BIG, other, "set_based_rows_per_s")
+        out[f"groups_{g}_over_first_small"] = ratio(SMALL, other, f"{first}_rows_per_s")
+        out[f"groups_{g}_over_first_big"] = ratio(BIG, other, f"{first}_rows_per_s")
+    return out
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -377,6 +405,7 @@ def main() -> int:
                         help="events per message as the relay groups them (WALFEED_RELAY_GROUP_MAX; ADR 0095); "
                              "several, comma-separated (1,20): one worker side each, in the same runs")
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     args = parser.parse_args()
     k = args.processes
     logs = infra.results_folder(args.out, "fanout") / "logs"
@@ -426,13 +455,15 @@ def main() -> int:
                               f" (10 followers), {b[f'{side(g, 1)}_rows_per_s'] / b['set_based_rows_per_s']:.3f} "
                               "(1,000)" for g in args.group_max[1:]), flush=True)
             report(runs, args, k, workers)
+            figures.write(args.json, figures_of(runs, args.group_max),
+                          meta={k: v for k, v in vars(args).items() if k != "json"})
         finally:
             amqp.close()
     return 0
 
 
 def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k: int,
-           workers: list[subprocess.Popen[bytes]]) -> None:
+           workers: list[Process]) -> None:
     def ratio(followers: int, worker: str, ceiling: str) -> float:
         return statistics.median(r[f"{worker}_rows_per_s"] / r[ceiling] for r in runs[followers])
 
@@ -450,7 +481,7 @@ def report(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace, k:
               f"12 (old ceiling): ratio {ratio(BIG, name, 'per_post_rows_per_s'):.2f} (per-post statements "
               f"{median(runs[BIG], 'per_post_rows_per_s'):,.0f} rows/s)")
         print(f"10-follower authors, {grouped}: {median(runs[SMALL], f'{name}_events_per_s'):,.0f} events/s "
-              f"({args.small_events} events per run, {k} processes; median of {n} runs; issue 12's target >= 4,840)")
+              f"({args.small_events} events per run, {k} processes; median of {n} runs; target >= 4,840)")
     for name, g in sides[1:]:
         print(f"groups of {g} ÷ one event a message (WALFEED_RELAY_GROUP_MAX={args.group_max[0]}), same runs: "
               f"10-follower authors {ratio(SMALL, name, 'worker_rows_per_s'):.2f}, 1,000-follower "

@@ -1,6 +1,7 @@
-"""Mention -> webhook received latency (issue 15), through the real processes.
+"""Mention -> webhook received latency, through the real processes.
 
     .venv/bin/python -m bench.notify_latency [--rate 100] [--seconds 30] [--drain 60] [--recipients 100] [--out DIR]
+                                              [--json FILE]
 
 One database (seeded as bench/lib/infra.py SEED: 100 authors with 10 followers each and a history), AMQP prefix and
 slot, with the real processes: `walfeed relay`, 2 `walfeed worker`s (the fan-out, which shares the machine and the
@@ -29,7 +30,6 @@ import json
 import math
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -44,12 +44,12 @@ import pika
 import psycopg
 
 from bench.capacity import Meter, Pipeline
-from bench.lib import e2e, entry, infra, mentions, stats
+from bench.lib import e2e, entry, figures, infra, mentions, stats
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR, process_env
 from services.core.topology import Topology
 from services.delivery import signing
-from testkit.processes import free_port
+from testkit.processes import Process, free_port
 from testkit.waiting import eventually
 
 WORKERS = 2
@@ -186,7 +186,7 @@ def run(load: Load, path: Path, meter: Meter, drain_s: float) -> dict[str, Any]:
             "wrote_s": wrote, "deliveries": statuses, "dead_letters": dead_letters(meter.pipe.prefix), "cpu": cpu}
 
 
-def start(res: infra.Resources, url: str, receiver: subprocess.Popen[bytes]) -> Pipeline:
+def start(res: infra.Resources, url: str, receiver: Process) -> Pipeline:
     pipe = Pipeline("sql", url, res.prefix("notify"))
     env = infra.passthrough({**process_env(url, pipe.prefix, res.slot(url, "notify"), infra.SOURCES[0]),
                              "WALFEED_NOTIFIER_METRICS_PORT": "0", "WALFEED_DELIVERY_METRICS_PORT": "0",
@@ -201,14 +201,10 @@ def start(res: infra.Resources, url: str, receiver: subprocess.Popen[bytes]) -> 
     return pipe
 
 
-def start_receiver(res: infra.Resources, port: int, secret: str, path: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "WALFEED_BENCH_WEBHOOK_SECRET": secret, "WALFEED_BENCH_RECEIPTS": str(path)}
-    with open(res.log_dir / "receiver.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", RECEIVER, "--port", str(port),
-                                 "--log-level", "warning", "--no-access-log"], env=env, cwd=infra.ROOT,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    res.procs.append(proc)  # stopped with the walfeed processes
+def start_receiver(res: infra.Resources, port: int, secret: str, path: Path) -> Process:
+    proc = res.start("receiver", ["--factory", RECEIVER, "--port", str(port), "--log-level", "warning",
+                                  "--no-access-log"],
+                     {"WALFEED_BENCH_WEBHOOK_SECRET": secret, "WALFEED_BENCH_RECEIPTS": str(path)}, module="uvicorn")
     eventually(lambda: httpx.post(f"http://127.0.0.1:{port}/").status_code == 400, timeout=30,
                what="the webhook receiver to answer")
     return proc
@@ -248,6 +244,13 @@ def settings() -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(names))
 
 
+def figures_of(run: Mapping[str, Any]) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py): posts/s written, mention -> webhook p50/p99, missing after the
+    drain."""
+    return {"notify_posts_per_s": float(run["posts_per_s"]), "notify_p50_ms": float(run["p50_ms"]),
+            "notify_p99_ms": float(run["p99_ms"]), "notify_missing": float(run["missing"])}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=100.0, help="posts/s (default 100)")
@@ -255,6 +258,7 @@ def main() -> int:
     parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait for the last webhooks (60)")
     parser.add_argument("--recipients", type=int, default=100, help="users with a webhook, mentioned (default 100)")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-notify)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     args = parser.parse_args()
     if args.rate <= 0 or args.seconds <= 0 or not 1 <= args.recipients <= AUTHORS * PER_AUTHOR:
         parser.error(f"--rate and --seconds must be positive, --recipients 1..{AUTHORS * PER_AUTHOR}")
@@ -288,6 +292,7 @@ def main() -> int:
     (out / "report.md").write_text(markdown(result))
     print(markdown(result))
     r = result["run"]
+    figures.write(args.json, figures_of(r), report=str(out / "report.json"))
     print(f"mention -> webhook received at {r['posts_per_s']:,.1f} posts/s: p50 {r['p50_ms']:.1f} ms, "
           f"p99 {r['p99_ms']:.1f} ms, missing {r['missing']}")
     print(f"results in {out}")

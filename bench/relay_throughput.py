@@ -20,6 +20,7 @@ Creates its own database, slot and AMQP names (bench/lib/infra.py, on WALFEED_BE
 WALFEED_BENCH_AMQP_URL) and removes them, also on Ctrl-C; the relay's log goes to <--out>/logs. Usage:
     .venv/bin/python -m bench.relay_throughput [--events 100000] [--pairs 5] [--window 1000] [--rate 1000]
                                                [--out DIR] [--lag-seconds 15] [--traced] [--otlp URL|sink]
+                                               [--json FILE]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.lib import entry, infra, otlp_sink, proc
+from bench.lib import entry, figures, infra, otlp_sink, proc
 from bench.lib.stats import percentile
 from services.cdc_relay.confirms import ConfirmBook
 from services.cdc_relay.messages import Outgoing, outgoing
@@ -337,6 +338,19 @@ def print_cpu_split(relays: list[Run], ceilings: list[Run]) -> None:
           f"of {os.cpu_count()} cores")
 
 
+def figures_of(relays: list[Run], ceilings: list[Run], lag: tuple[float, float, int] | None) -> dict[str, float]:
+    """What --json writes (bench/lib/figures.py): the medians of the pairs, and the lag run's percentiles."""
+    ratios = [r.rate / c.rate for r, c in zip(relays, ceilings, strict=True)]
+    out = {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+           "relay_events_per_s": statistics.median(r.rate for r in relays),
+           "ceiling_events_per_s": statistics.median(c.rate for c in ceilings),
+           "relay_cpu_us_per_event": statistics.median(r.cpu_per_event for r in relays) * 1e6,
+           "ceiling_cpu_us_per_event": statistics.median(c.cpu_per_event for c in ceilings) * 1e6}
+    if lag is not None:
+        out.update(lag_p50_ms=lag[0], lag_p99_ms=lag[1], lag_missing=float(lag[2]))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
@@ -348,6 +362,7 @@ def main() -> int:
     parser.add_argument("--otlp", help="the relay exports its spans to this OTLP/HTTP endpoint ('sink': a local "
                         "one that discards them)")
     parser.add_argument("--out", type=Path, help="folder for the relay's log (default bench/results/<ts>-relay)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
     args = parser.parse_args()
     logs = infra.results_folder(args.out, "relay") / "logs"
     print(f"machine: nproc={os.cpu_count()} (shared with other work), {load()} before; events={args.events} "
@@ -376,10 +391,13 @@ def main() -> int:
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.8)")
             print_cpu_split(relays, ceilings)
             queue.purge()
+            lag: tuple[float, float, int] | None = None
             if args.lag_seconds > 0:
-                p50, p99, missing = lag_run(res, url, env, prefix, args.rate, args.lag_seconds)
+                lag = p50, p99, missing = lag_run(res, url, env, prefix, args.rate, args.lag_seconds)
                 print(f"lag commit -> consumer at {args.rate} ev/s for {args.lag_seconds:.0f}s: p50 {p50:.1f} ms, "
                       f"p99 {p99:.1f} ms, missing {missing}")
+            figures.write(args.json, figures_of(relays, ceilings, lag),
+                           meta={k: v for k, v in vars(args).items() if k != "json"})
         finally:
             queue.close()
     print(f"machine: nproc={os.cpu_count()}, {load()} after")

@@ -1,4 +1,4 @@
-"""The system benchmark (issue 6): end-to-end latency and database load per event source, and the ratios of the
+"""The system benchmark: end-to-end latency and database load per event source, and the ratios of the
 relay, worker and API benchmarks against their ceilings, in one command, with a report and plots.
 
     .venv/bin/python -m bench.run_all [--quick] [--out bench/results/<timestamp>] [--skip-scripts]
@@ -9,7 +9,8 @@ relay, worker and API benchmarks against their ceilings, in one command, with a 
    (bench/lib/e2e.py) and the database load of the same phase (bench/lib/dbload.py). Repeated --reps times,
    sources interleaved within each repetition; medians over repetitions.
 2. bench/relay_throughput.py, fanout_throughput.py, api_latency.py, capacity.py and notify_latency.py as
-   subprocesses (bench/lib/scripts.py), parsed: relay / bare publisher, fan-out / bare SQL, API posts / pgbench,
+   subprocesses (bench/lib/scripts.py), each writing its figures with --json (bench/lib/figures.py), read back:
+   relay / bare publisher, fan-out / bare SQL, API posts / pgbench,
    POST p99 100k / 10 followers; the capacity knee and the most posts/s delivered, per writer kind (its own report
    and plot in the capacity/ subfolder); mention -> webhook received p50/p99 at 100 posts/s (notify/).
 3. report.json, report.md, samples.json and PNG plots in the results folder.

@@ -1,4 +1,4 @@
-"""A private PostgreSQL 15 primary and streaming standbys, started and stopped by the tests (issue 17).
+"""A private PostgreSQL 15 primary and streaming standbys, started and stopped by the tests.
 
 The machine's own Postgres (127.0.0.1:5432) is shared with everyone and never touched: this starts its own
 `postgres` processes on free ports, with data and socket dirs under one temp dir, as the `postgres` OS user when

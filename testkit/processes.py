@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # Ports handed to servers a test starts come from below Linux's ephemeral range (32768-60999 by default), from
@@ -37,12 +37,23 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
+WALFEED: tuple[str, ...] = (sys.executable, "-m", "services.cli")  # the `walfeed` command line
+
+
 class Process:
-    def __init__(self, name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
+    """One subprocess, `walfeed <args>` unless `command` names another program, its output in `<log_dir>/<name>.log`.
+
+    `own_session` starts it in a session of its own, so that a Ctrl-C in the terminal reaches only the parent, which
+    then stops it in order (the benchmarks); the tests' processes share the test run's session."""
+
+    def __init__(self, name: str, args: list[str], env: Mapping[str, str], log_dir: Path,
+                 command: Sequence[str] = WALFEED, own_session: bool = False) -> None:
         self.name = name
         self.args = args
         self.log_path = log_dir / f"{name}.log"
+        self._command = list(command)
         self._env = dict(env)
+        self._own_session = own_session
         self._popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
@@ -51,8 +62,8 @@ class Process:
         log.write(f"--- start {' '.join(self.args)}\n".encode())
         log.flush()
         self._popen = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *self.args],
-            env=self._env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [*self._command, *self.args], env=self._env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=self._own_session,
         )
         log.close()
         return self

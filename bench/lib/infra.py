@@ -11,9 +11,9 @@ import contextlib
 import datetime as dt
 import functools
 import os
-import subprocess
+import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +28,7 @@ from services.core.topology import Topology
 from services.worker import broker
 from testkit import resources
 from testkit.infra import Infra
+from testkit.processes import Process
 from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +181,7 @@ class Resources:
         self.tag, self.log_dir = tag, log_dir
         self.databases: list[str] = []
         self.prefixes: dict[str, list[str]] = {}  # prefix -> queues declared under it beyond the topology's
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[Process] = []
 
     def __enter__(self) -> Resources:
         return self
@@ -251,24 +252,22 @@ class Resources:
         self.prefixes[prefix].append(queue)
         return queue
 
-    def start(self, log_name: str, args: list[str], env: Mapping[str, str],
-              module: str = "services.cli") -> subprocess.Popen[bytes]:
-        """`python -m module *args` (walfeed's command line unless told), its output in the log folder."""
-        with open(self.log_dir / f"{log_name}.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, *args], env={**os.environ, **env},
-                                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # Ctrl-C reaches the bench only; it stops them in order
+    def start(self, log_name: str, args: list[str], env: Mapping[str, str], module: str = "services.cli",
+              command: Sequence[str] | None = None) -> Process:
+        """`python -m module *args` (walfeed's command line unless told), or `command *args`, with `env` over this
+        process's environment, its output in the log folder (testkit's Process, in a session of its own: Ctrl-C
+        reaches the bench only, and it stops them in order)."""
+        proc = Process(log_name, args, {**os.environ, **env}, self.log_dir,
+                       command=command or (sys.executable, "-m", module), own_session=True)
         self.procs.append(proc)
-        return proc
+        return proc.start()
 
-    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    def stop(self, proc: Process, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` (said on stderr: the process did not stop by itself)."""
+        try:
+            proc.stop(signal.SIGTERM, timeout)
+        except AssertionError as exc:
+            print(f"bench: {exc}; killed", file=sys.stderr)
         if proc in self.procs:
             self.procs.remove(proc)
 

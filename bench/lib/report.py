@@ -153,7 +153,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     events = report.get("scripts", {}).get("fanout", {}).get("median", {}).get("small_events_per_s")
     if events is not None:
         out += [f"Fan-out of 10-follower authors' posts: {fmt(events, 0)} events/s with 2 worker processes "
-                "(issue 12's target: at least 10 x 484).", ""]
+                "(target: at least 10 x 484).", ""]
     if "capacity" in report.get("scripts", {}):
         out += ["## Capacity: the highest offered rate sustained (p99 < 1 s, no growing backlog; bench/capacity.py, "
                 "report and plot in capacity/)", "", *capacity_table(report["scripts"]), ""]

@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="slot lag, queue depths, dead letters")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    # Operations (issue 16): dead letters and retention. Logic in services/cli/dead*.py and prune.py.
+    # Operations: dead letters and retention. Logic in services/cli/dead*.py and prune.py.
     from services.cli import ops_args  # argument definitions only: imports no broker or database client
 
     ops_args.add_parsers(sub)
@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --- walfeed rebuild timelines (issue 16, docs/adr/0073) ---
+# --- walfeed rebuild timelines (docs/adr/0073) ---
 def _rebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rebuild = sub.add_parser("rebuild", help="recompute projections from the source tables, online")
     what = rebuild.add_subparsers(dest="projection", required=True, metavar="PROJECTION")

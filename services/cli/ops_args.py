@@ -1,4 +1,4 @@
-"""Arguments of the operations commands (issue 16): `walfeed dead ...` (dead.py) and `walfeed prune-outbox`
+"""Arguments of the operations commands: `walfeed dead ...` (dead.py) and `walfeed prune-outbox`
 (prune.py). Kept apart from them so building the parser imports neither a broker nor a database client."""
 
 from __future__ import annotations

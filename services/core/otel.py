@@ -1,4 +1,5 @@
-"""The OpenTelemetry side of services/core/tracing.py: imported only when tracing is configured (the `otel` extra).
+"""The OpenTelemetry adapter of the tracing api (services/core/tracing.py), which imports it only in `setup`, when
+tracing is configured (the `otel` extra).
 
 Spans are built with explicit times where the work is already over when walfeed knows what it was (a confirm, a
 processed batch): no span object lives on the relay's or the worker's hot path, and a batch's links carry each

@@ -1,8 +1,10 @@
-"""Optional OpenTelemetry spans along an event's path (docs/adr/0072): the OpenTelemetry adapter.
+"""Optional OpenTelemetry spans along an event's path (docs/adr/0072): the tracing api every process uses.
 
-Each process's main.py calls `setup(service)` once and hands the result to its parts. With no exporter configured
-(`OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` unset, or `OTEL_SDK_DISABLED=true`) it is
-`DISABLED`: OpenTelemetry is not imported and every method returns at once. Configured, spans are exported over
+The OpenTelemetry adapter (services/core/otel.py) implements `Tracing` and imports this module; this module imports
+the adapter only inside `setup`, by a plain import, when an exporter is configured: the dependency runs one way at
+load time. Each process's main.py calls `setup(service)` once and hands the result to its parts. With no exporter
+configured (`OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` unset, or `OTEL_SDK_DISABLED=true`)
+it is `DISABLED`: OpenTelemetry is not imported and every method returns at once. Configured, spans are exported over
 OTLP/HTTP (the `otel` extra: `pip install 'walfeed[otel]'`); the SDK reads its other OTEL_* variables itself.
 
 Spans, after OpenTelemetry's messaging conventions (`messaging.system=rabbitmq`):
@@ -20,7 +22,6 @@ Spans, after OpenTelemetry's messaging conventions (`messaging.system=rabbitmq`)
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -115,13 +116,12 @@ def setup(service: str, environ: Mapping[str, str] | None = None) -> Tracing:
         raise SettingsError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported: walfeed exports traces "
                             "over OTLP/HTTP; set it to http/protobuf (the collector's port 4318) or unset it")
     try:
-        otel = importlib.import_module("services.core.otel")  # imports OpenTelemetry
+        import services.core.otel as otel  # the adapter (and OpenTelemetry) loaded only now, when configured
     except ImportError as exc:
         variable = next(name for name in _ENDPOINTS if env.optional(name))
         raise SettingsError(f"{variable} is set but OpenTelemetry is not installed ({exc.name}): install walfeed "
                             "with its otel extra (pip install 'walfeed[otel]') or unset it") from None
-    traces: Tracing = otel.OtelTracing(service)
-    return traces
+    return otel.OtelTracing(service)
 
 
 def wall_ns(moment: float, now: float) -> int:

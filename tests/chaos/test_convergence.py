@@ -1,4 +1,4 @@
-"""Convergence under faults (issue 7): a workload through the real processes while a seeded schedule kills,
+"""Convergence under faults: a workload through the real processes while a seeded schedule kills,
 restarts, blocks and cuts everything; then nothing may be lost and every timeline must equal its definition.
 
 Sizes come from the environment so CI runs a short version and an operator a long one:

@@ -1,4 +1,4 @@
-"""Postgres failover with the real processes (issue 17, docs/adr/0091): a private primary and its streaming standby
+"""Postgres failover with the real processes (docs/adr/0091): a private primary and its streaming standby
 (testkit/pgcluster.py), the relay and a worker given one multi-host URL (`target_session_attrs=read-write`),
 writers writing posts; the primary crashes (immediate stop), the standby is promoted, the writers go on there.
 

@@ -74,7 +74,7 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_served(processes: Proc
         owner = "rabbitmq" if name.startswith("rabbitmq_") else name.split("_")[1]
         assert name in names[owner], f"{name} is not on the {owner}'s /metrics"
 
-    # The series added for issue 16 carry values: a post's commit-to-timeline delay, the slot's retained WAL.
+    # The operations series carry values: a post's commit-to-timeline delay, the slot's retained WAL.
     base = f"http://127.0.0.1:{api_port}"
     eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=30, what="api ready")
     token = httpx.post(f"{base}/v1/users", json={"handle": "metrics"}).json()["token"]

@@ -58,7 +58,7 @@ def test_every_node_gets_the_process_credentials_and_the_vhost_is_theirs() -> No
 
 
 def test_classic_queues_keep_exactly_the_arguments_walfeed_always_declared() -> None:
-    # An upgrade must never trip over its own queues (README "Upgrading").
+    # An upgrade must never trip over its own queues (docs/operations.md "Upgrading").
     assert queues.work_queue("classic", "s", "d") == {}
     assert queues.retry_queue("classic", "s", "w") == {"x-dead-letter-exchange": "s", "x-dead-letter-routing-key": "w"}
     assert queues.retry_queue("classic", "s", "w", 128) == {

@@ -101,6 +101,6 @@ def test_prometheus_and_grafana_are_optional_and_load_the_files_in_deploy() -> N
 
 
 def test_grafana_takes_its_admin_password_from_the_environment() -> None:
-    """Grafana's admin/admin default on a published port is a login anyone can guess (issue 24)."""
+    """Grafana's admin/admin default on a published port is a login anyone can guess."""
     grafana = _compose({**_with_secrets(), "GRAFANA_ADMIN_PASSWORD": "from-dot-env-0123456"})["services"]["grafana"]
     assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "from-dot-env-0123456"

@@ -1,5 +1,5 @@
 """Mail tokens (services/core/mailtokens.py) and which mail the email worker sends (services/delivery/mail.py):
-a notification to a verified address only, the verification code to an unverified one (issue 24)."""
+a notification to a verified address only, the verification code to an unverified one."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def test_an_invalid_flag_names_the_variable() -> None:
     ("WALFEED_AMQP_URL", "amqp://walfeed:s3cret@pw@mq-host/,"),
 ])
 def test_a_malformed_url_is_named_without_its_password(var: str, value: str) -> None:
-    """Start-up errors go to journals and CI logs: they show the URL, but never its password (issue 24)."""
+    """Start-up errors go to journals and CI logs: they show the URL, but never its password."""
     with pytest.raises(SettingsError, match=var) as raised:
         Settings.from_env({var: value})
     assert "s3cret" not in str(raised.value) and "pw" not in str(raised.value).replace("mq-host", "")

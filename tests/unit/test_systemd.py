@@ -38,7 +38,7 @@ def _verify(directory: Path, *units: str) -> subprocess.CompletedProcess[str]:
 
 
 def _installed(tmp_path: Path) -> Path:
-    """The units as installed from this checkout: /opt/walfeed is where the README installs walfeed."""
+    """The units as installed from this checkout: /opt/walfeed is where deploy/systemd/README.md installs walfeed."""
     for unit in [*SERVICES, SYSTEMD / "walfeed.target"]:
         (tmp_path / unit.name).write_text(unit.read_text().replace("/opt/walfeed", str(ROOT)))
     return tmp_path
@@ -165,7 +165,7 @@ def test_there_is_a_unit_for_every_long_running_command() -> None:
 
 def test_each_process_kind_runs_as_a_user_of_its_own_that_sysusers_creates() -> None:
     """One user for all let every process read every other's credentials and /proc/PID/environ, the relay's
-    REPLICATION password included (issue 24)."""
+    REPLICATION password included."""
     users = {u.name: _service(u)["Service"]["User"] for u in SERVICES}
     assert len(set(users.values())) == len(users), users
     for unit in SERVICES:

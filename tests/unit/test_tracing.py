@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -66,6 +67,15 @@ def test_the_service_name_is_the_process_unless_the_otel_variables_name_it(
     assert isinstance(traces, OtelTracing)
     assert traces._provider.resource.attributes["service.name"] == expected  # what every span is exported with
     traces.shutdown()
+
+
+def test_the_tracing_api_loads_neither_the_adapter_nor_opentelemetry() -> None:
+    """The adapter imports the api, never the other way round at load time: a fresh interpreter that imports the
+    api, and builds the disabled tracing from an empty environment, has loaded neither."""
+    probe = ("import sys; from services.core import tracing; tracing.setup('walfeed-test', {}); "
+             "print(sorted(m for m in sys.modules if m == 'services.core.otel' or m.startswith('opentelemetry')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.strip() == "[]"
 
 
 def test_an_endpoint_without_the_otel_extra_is_a_startup_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -132,7 +132,7 @@ def _verification_mails(db: Db, user: int) -> list[str]:
 def test_a_new_address_is_unverified_until_the_mailed_code_comes_back(
         client: httpx.Client, signup: SignUp, db: Db) -> None:
     """Setting an address queues one verification mail (the same address again: none); only the code signed for
-    the caller's current address verifies it (issue 24)."""
+    the caller's current address verifies it."""
     alice, mallory = signup("alice"), signup("mallory")
     reply = client.patch("/v1/users/me", json={"email": "alice@example.com", "email_kinds": ["mention"]},
                          headers=alice.auth)

@@ -147,7 +147,7 @@ def test_a_malformed_token_is_a_400_problem_naming_the_header(client: httpx.Clie
 @pytest.mark.parametrize("forged", ["FFFFFFFF/FFFFFFFF", "7FFF/0"])
 def test_a_token_beyond_the_primary_waits_for_nothing_and_holds_no_waiter_slot(
         client: httpx.Client, signup: SignUp, forged: str) -> None:
-    """A position the primary never wrote is lowered to the primary's current one (issue 24): the reads are the
+    """A position the primary never wrote is lowered to the primary's current one: the reads are the
     replica's at once, where before each waited the whole bound in a waiter slot and then went to the primary."""
     alice = signup("alice")
     post_id, _ = _post(client, alice, "hello")

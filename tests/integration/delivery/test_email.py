@@ -101,7 +101,7 @@ def test_a_follow_is_mailed_as_plain_text_with_a_one_click_unsubscribe(
 
 def test_no_notification_mail_goes_to_an_unverified_address_but_its_verification_code_does(
         db: Any, mailbox: tuple[Mailbox, int], start_pipeline: StartPipeline) -> None:
-    """An address set by anyone is not mailed a notification until its mailbox sent back the code (issue 24)."""
+    """An address set by anyone is not mailed a notification until its mailbox sent back the code."""
     box, port = mailbox
     bob = world.user(db, "bob", email="victim@example.test", email_kinds=("follow",), verified=False)
     start_pipeline("email", **_env(port))

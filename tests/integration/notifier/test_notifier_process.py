@@ -75,7 +75,7 @@ def test_duplicated_and_reordered_events_notify_each_mention_once_with_its_deliv
     _webhook(db, carol, ["follow"])  # carol's webhook takes follows only: her mention is in-app only
     db.execute("UPDATE users SET email = 'bob@example.com', email_kinds = '{mention}', email_verified_at = now() "
                "WHERE id = %s", (bob,))
-    # carol's address is not verified: her mention gets no mail delivery (issue 24)
+    # carol's address is not verified: her mention gets no mail delivery
     db.execute("UPDATE users SET email = 'carol@example.com', email_kinds = '{mention}' WHERE id = %s", (carol,))
     db.commit()
 
