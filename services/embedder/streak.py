@@ -1,5 +1,5 @@
 """When the embedder says that the model (or the database) fails: once when a streak of failures starts, once when
-it ends, never per message (issue 26). Pure: fed with the time."""
+it ends, never per message. Pure: fed with the time."""
 
 from __future__ import annotations
 
