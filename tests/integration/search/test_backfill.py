@@ -13,6 +13,7 @@ from services.cli.status import embedding_status
 from services.core.settings import Settings
 from services.embedder import backfill
 from services.embedding.local import LocalEmbedder
+from testkit.embedding_server import EmbeddingServer
 from testkit.processes import Processes
 from testkit.waiting import eventually
 from tests.integration.search.conftest import Search
@@ -99,3 +100,20 @@ def test_status_shows_the_coverage_and_lag_of_the_configured_model(database_url:
         backfill.run_pass(conn, embedder, settle=0)
     after = embedding_status(settings)[0]
     assert (after.embedded, after.lag_seconds, after.complete) == (2, 0.0, True)
+
+
+def test_a_new_model_is_backfilled_under_its_own_name_beside_the_old_one(
+        database_url: str, author: tuple[int, str], embedder: LocalEmbedder, processes: Processes) -> None:
+    ids = _posts(database_url, author[0], ["one", "two"])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        backfill.run_pass(conn, embedder, settle=0)  # the model in use
+    with EmbeddingServer().running() as server:
+        proc = processes.start("backfill", "embed", "backfill", "--model", "next-model", env={
+            "WALFEED_EMBEDDER": "ollama", "WALFEED_EMBEDDER_URL": server.url, "WALFEED_EMBED_SETTLE_SECONDS": "0"})
+        assert proc.wait(timeout=120) == 0, proc.log()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT model, dimension, count(*) FROM post_embeddings GROUP BY 1, 2 "
+                            "ORDER BY 1").fetchall()
+        models = conn.execute("SELECT model, complete_at IS NOT NULL FROM embedding_models ORDER BY 1").fetchall()
+    assert rows == [(embedder.model_id, 384, len(ids)), ("ollama:next-model", 8, len(ids))]
+    assert models == [(embedder.model_id, True), ("ollama:next-model", True)]
