@@ -32,8 +32,9 @@ import psycopg
 
 from bench.lib import entry, figures, infra, proc
 from services.core import events as ev
+from services.core import signing
 from services.core.topology import Topology
-from services.delivery import broker, payload, signing
+from services.delivery import broker, payload
 from testkit.processes import free_port
 from testkit.waiting import eventually
 

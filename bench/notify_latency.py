@@ -47,8 +47,8 @@ from bench.capacity import Meter, Pipeline
 from bench.lib import e2e, entry, figures, infra, mentions, stats
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR, process_env
+from services.core import signing
 from services.core.topology import Topology
-from services.delivery import signing
 from testkit.processes import Process, free_port
 from testkit.waiting import eventually
 

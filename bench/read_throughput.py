@@ -91,7 +91,7 @@ def pgbench_script(statement: str, first: int, last: int) -> str:
 def design_statement() -> str:
     """The api's read statement (sql.HOME_ABOVE_FLOOR, newest first) with pgbench variables: the first page, 21
     rows asked (the api asks one more than it shows, to know whether a next page exists)."""
-    text = sql.HOME_ABOVE_FLOOR["newest"].as_string(None)
+    text = sql.HOME_ABOVE_FLOOR["newest"].decode()
     text = text.replace("%(user)s", ":user").replace("%(before)s", "9223372036854775807")
     text = text.replace("%(after)s", "0").replace("%(limit)s", "21")
     assert "%(" not in text, text

@@ -15,12 +15,13 @@ Plan = dict[str, Any]
 PARTITION = re.compile(r"timelines_p\d\d")  # a hash partition of timelines (db/init/012)
 
 
-def explain(db: psycopg.Connection[dict[str, Any]], statement: Composable | str, params: Mapping[str, Any], *,
-            analyze: bool = False) -> Plan:
+def explain(db: psycopg.Connection[dict[str, Any]], statement: Composable | str | bytes,
+            params: Mapping[str, Any], *, analyze: bool = False) -> Plan:
     """The root node of the statement's plan; with `analyze` the statement runs (the caller rolls it back)."""
-    options = "ANALYZE, TIMING OFF, FORMAT JSON" if analyze else "FORMAT JSON"
-    query = SQL("EXPLAIN ({}) ").format(SQL(options)) + (SQL(statement) if isinstance(statement, str) else statement)
-    row = db.execute(query, params).fetchone()
+    options = b"ANALYZE, TIMING OFF, FORMAT JSON" if analyze else b"FORMAT JSON"
+    text = statement if isinstance(statement, bytes) else (
+        SQL(statement) if isinstance(statement, str) else statement).as_bytes(db)
+    row = db.execute(b"EXPLAIN (" + options + b") " + text, params).fetchone()
     assert row is not None
     return root(row["QUERY PLAN"])
 

@@ -23,9 +23,9 @@ import pika
 import psycopg
 from psycopg import sql
 
+from services.consumer import broker
 from services.core.migrate import apply_schema, ensure_slot
 from services.core.topology import Topology
-from services.worker import broker
 from testkit import resources
 from testkit.infra import Infra
 from testkit.processes import Process

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from services.api.ratelimit import Quota
+from services.core import ssrf
 from services.core.redact import redact
 from services.core.settings import Env, SettingsError
-from services.delivery import ssrf
 
 # Defaults: a household or office behind one address signs up a few accounts an hour; a person writes far less
 # than 2 a second on average (Twitter allowed 2,400 posts a day). Both stop a script, not a user.
@@ -71,7 +71,7 @@ class ApiSettings:
     statement_timeout: float = 2.0
     signup_limit: Quota = SIGNUP_LIMIT
     write_limit: Quota = WRITE_LIMIT
-    webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/delivery/ssrf.py)
+    webhook_policy: ssrf.Policy = PUBLIC_HTTPS  # which webhook URLs registration accepts (services/core/ssrf.py)
     secret_overlap: int = SECRET_OVERLAP
     read_url: str | None = None  # WALFEED_DATABASE_READ_URL: the replica (docs/adr/0092)
     read_after_wait: float = 0.25

@@ -42,9 +42,10 @@ def session_options(statement_timeout: float) -> str:
     Under Postgres's default a statement whose generic plan is estimated dearer than its custom ones is planned
     again at every execution: the home read's generic plan is priced over all 32 partitions of timelines, which
     it prunes to one when it starts, so it was planned anew for 0.6-0.8 ms each time, three times what it costs to
-    run (docs/adr/0096; tests/integration/api/test_plans.py checks the generic plans)."""
+    run (docs/adr/0096; tests/integration/api/test_plans.py checks the generic plans). In UTC, so that timestamps
+    arrive as datetimes in UTC, which orjson writes as the api's RFC 3339 (models.page_json)."""
     return (f"-c statement_timeout={max(1, round(statement_timeout * 1000))} "
-            "-c plan_cache_mode=force_generic_plan")
+            "-c plan_cache_mode=force_generic_plan -c TimeZone=UTC")
 
 
 def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "",

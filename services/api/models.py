@@ -58,7 +58,8 @@ class Post(BaseModel):
     id: int
     author_id: int
     body: str
-    created_at: str = Field(description="RFC 3339, UTC", examples=["2026-01-01T12:00:00.000000Z"])
+    created_at: str = Field(description="RFC 3339, UTC (microseconds when not zero)",
+                            examples=["2026-01-01T12:00:00.123456Z"])
 
 
 class Page(BaseModel):
@@ -83,24 +84,32 @@ class Status(BaseModel):
     replica: Annotated[ReplicaStatus | None, Field(description="only with WALFEED_DATABASE_READ_URL set")] = None
 
 
+def utc(moment: datetime) -> datetime:
+    """The api's connections run in UTC (services/api/db.py), so this is the moment itself but for a foreign one."""
+    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+
+
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    """RFC 3339 in UTC with a Z, microseconds when there are any: as orjson writes a UTC datetime (OPT_UTC_Z), which
+    is how the listings' posts are written (page_json), in C (1.5-2 us a timestamp in Python, most of a page's
+    serialisation: docs/adr/0096)."""
+    return utc(moment).isoformat().replace("+00:00", "Z")
 
 
 def _post_fields(row: dict[str, Any]) -> dict[str, Any]:
     """A posts row as the fields of Post: the one place both representations below come from."""
-    return {"id": row["id"], "author_id": row["author_id"], "body": row["body"],
-            "created_at": rfc3339(row["created_at"])}
+    return {"id": row["id"], "author_id": row["author_id"], "body": row["body"], "created_at": utc(row["created_at"])}
 
 
 def post_json(row: dict[str, Any]) -> bytes:
     """The Post representation of a row as JSON, without building and re-validating a model (the hot path)."""
-    return orjson.dumps(_post_fields(row))
+    return orjson.dumps(_post_fields(row), option=orjson.OPT_UTC_Z)
 
 
 def page_json(rows: list[dict[str, Any]], next_cursor: str | None, **more_cursors: str | None) -> bytes:
     """A Page (or HomePage, with its prev_cursor) of posts rows as JSON, built directly as post_json is."""
-    return orjson.dumps({"items": [_post_fields(r) for r in rows], "next_cursor": next_cursor, **more_cursors})
+    return orjson.dumps({"items": [_post_fields(r) for r in rows], "next_cursor": next_cursor, **more_cursors},
+                        option=orjson.OPT_UTC_Z)
 
 
 

@@ -124,8 +124,10 @@ _ORDERS: Final = {
 }
 
 
-def _ordered(template: LiteralString) -> dict[str, sql.Composed]:
-    return {name: sql.SQL(template).format(**tokens) for name, tokens in _ORDERS.items()}
+def _ordered(template: LiteralString) -> dict[str, bytes]:
+    """The statement in each order, composed once, here, as the bytes psycopg sends: a Composed would be composed
+    again at every execution (13 us of a 0.4 ms read)."""
+    return {name: sql.SQL(template).format(**tokens).as_bytes(None) for name, tokens in _ORDERS.items()}
 
 
 # Several authors' posts in a range, bounded by the page and not by the number of authors (each author's posts are
@@ -144,14 +146,15 @@ _EDGE: Final = """), bound AS (
 # posts the worker has not removed yet are skipped), merged with the posts of the reader's pulled followees
 # (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader who
 # follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
-# worker ran). The first column is the reader's floor (one row with a NULL post when the range is empty): the caller
+# worker ran). Each branch carries the columns of the page, so the page needs no second lookup of its posts. The
+# first column is the reader's floor (one row with a NULL post when the range is empty): the caller
 # decides from it whether the page continues below the floor (paging.py). Each branch reads `low` as a scalar
 # subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
 HOME_ABOVE_FLOOR: Final = _ordered("""
 WITH me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low FROM users WHERE id = %(user)s
 ), pushed AS (
-    SELECT t.post_id AS id FROM timelines t
+    SELECT p.id, p.author_id, p.body, p.created_at FROM timelines t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
     WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
       AND (p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe per row, never a hash of the follow list
@@ -165,22 +168,21 @@ WITH me AS MATERIALIZED (
         ORDER BY p.id {order} LIMIT 1) h
     WHERE f.follower_id = %(user)s AND f.pulled
 """ + _EDGE + """), pulled AS (
-    SELECT x.id FROM bound b, heads h CROSS JOIN LATERAL (
-        SELECT p.id FROM posts p
+    SELECT x.* FROM bound b, heads h CROSS JOIN LATERAL (
+        SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
         WHERE p.author_id = h.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} b.edge
         ORDER BY p.id {order} LIMIT %(limit)s) x
     WHERE h.id {within} b.edge
 ), own AS (
-    SELECT p.id FROM posts p
+    SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
     WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
     ORDER BY p.id {order} LIMIT %(limit)s
 ), page AS (
-    SELECT id FROM pushed UNION SELECT id FROM pulled UNION SELECT id FROM own
+    SELECT * FROM pushed UNION SELECT * FROM pulled UNION SELECT * FROM own
     ORDER BY id {order} LIMIT %(limit)s
 )
-SELECT me.floor, p.id, p.author_id, p.body, p.created_at
-FROM me LEFT JOIN (page JOIN posts p ON p.id = page.id) ON true
+SELECT me.floor, p.id, p.author_id, p.body, p.created_at FROM me LEFT JOIN page p ON true
 ORDER BY p.id {order}
 """)
 

@@ -17,7 +17,7 @@ from services.core.events import Event
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 Row = dict[str, Any]
-Query = LiteralString | pgsql.Composed  # a constant of services/api/sql.py
+Query = LiteralString | bytes | pgsql.Composed  # a constant of services/api/sql.py
 
 
 async def _one(conn: Conn, query: Query, params: dict[str, Any]) -> Row | None:

@@ -13,22 +13,12 @@ from typing import Any, Final
 
 import orjson
 
+from services.consumer.headers import ATTEMPTS, DEAD_AT, HISTORY, REASON, REPLAYS
 from services.core import durations
 from services.core.topology import DeadLetterQueue
 
-# The consumers' headers (docs/events.md, docs/amqp.md); this module reads them and a replayed copy starts without
-# them. The delivery workers write the same reason, attempts and dead-time headers as the fan-out worker, and two
-# of their own: a retry copy's due time, and the reason of a dead letter parked while the dead queue was full.
-REASON: Final = "x-walfeed-reason"
-ATTEMPTS: Final = "x-walfeed-attempts"
-ATTEMPT: Final = "x-walfeed-attempt"
-DEAD_AT: Final = "x-walfeed-dead-at"
-DUE: Final = "x-walfeed-due"
-PARKED: Final = "x-walfeed-dead"
-REPLAYS: Final = "x-walfeed-replays"  # how many times `walfeed dead replay` sent this message back
-_DROPPED_ON_REPLAY: Final = frozenset({REASON, ATTEMPTS, ATTEMPT, DEAD_AT, DUE, PARKED, "x-death",
-                                       "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-                                       "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"})
+# The consumers' headers are the runtime's (services/consumer/headers.py, docs/amqp.md): this module reads them, and
+# a replayed copy starts without the consumers' history and the broker's (HISTORY).
 
 NO_REASON: Final = "(no reason header)"
 NO_TYPE: Final = "-"
@@ -236,7 +226,7 @@ def _jsonable(value: Any) -> Any:
 def replay_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     """A replayed copy's headers: without the dead-letter and attempt headers (it gets the whole retry budget
     again), with `x-walfeed-replays` counting the replays."""
-    kept = {k: v for k, v in headers.items() if k not in _DROPPED_ON_REPLAY}
+    kept = {k: v for k, v in headers.items() if k not in HISTORY}
     previous = headers.get(REPLAYS)
     kept[REPLAYS] = (previous if isinstance(previous, int) and not isinstance(previous, bool) else 0) + 1
     return kept

@@ -115,8 +115,13 @@ class Topology:
     def notifier(self) -> ConsumerQueues:
         """The notifier's queues (docs/notifications.md): the same events as the fan-out, on a queue of its own so
         that it never slows the fan-out down."""
-        base = f"{self.prefix}.notifier"
-        return ConsumerQueues(self.events_exchange, base, ("post.*", "follow.*"), f"{base}.retry", f"{base}.dead",
+        return self.consumer("notifier", ("post.*", "follow.*"))
+
+    def consumer(self, name: str, bindings: tuple[str, ...]) -> ConsumerQueues:
+        """The queues of a consumer of the events exchange named `name` (docs/consumers.md): `{prefix}.{name}` bound
+        to `bindings` on the grouped exchange, its `.retry` and `.dead` queues and its `.settle` exchange."""
+        base = f"{self.prefix}.{name}"
+        return ConsumerQueues(self.events_exchange, base, bindings, f"{base}.retry", f"{base}.dead",
                               f"{base}.settle", self.grouped_exchange)
 
     # The embedder (docs/amqp.md, docs/search.md): one queue, no retry or dead queue.

@@ -1,1 +1,1 @@
-"""The delivery worker: notifications to webhooks and email (issue 15, docs/notifications.md)."""
+"""The delivery worker: notifications to webhooks and email (docs/notifications.md)."""

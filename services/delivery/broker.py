@@ -1,21 +1,18 @@
-"""RabbitMQ adapter of the delivery worker: a channel's topology (docs/amqp.md, docs/adr/0081) and the copies it
-publishes (retry hops and dead letters) through its own settle exchange."""
+"""RabbitMQ adapter of the delivery worker: a channel's topology (docs/amqp.md, docs/adr/0081) and the Route the
+consumer runtime publishes its copies by (retry hops and dead letters, through the channel's settle exchange)."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
-import pika
-from pika.adapters.blocking_connection import BlockingChannel
-
+from services.consumer.broker import Destination
+from services.consumer.connection import Channel
 from services.core import queues
 from services.core.amqp import declare_delivery_queue, declare_events_exchange
-from services.core.settle_channel import Publishes
-from services.core.topology import DELIVERY_RETRY_DELAYS_MS, Topology
-from services.delivery import route
+from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
 
 
-def declare(channel: BlockingChannel, topology: Topology, name: str, dead_max_length: int,
+def declare(channel: Channel, topology: Topology, name: str, dead_max_length: int,
             queue_type: str = queues.CLASSIC) -> None:
     """The work queue bound to `delivery.{name}`, one retry queue per delay (queue-level TTL, dead-lettering back to
     the work queue through the settle exchange) and the bounded dead queue; of `queue_type` (services/core/queues.py).
@@ -34,25 +31,32 @@ def declare(channel: BlockingChannel, topology: Topology, name: str, dead_max_le
     channel.queue_bind(dead, settle, routing_key=dead)
 
 
-def _properties(props: pika.BasicProperties, headers: dict[str, object]) -> pika.BasicProperties:
-    return pika.BasicProperties(message_id=props.message_id, type=props.type, content_type=props.content_type,
-                                timestamp=props.timestamp, delivery_mode=pika.DeliveryMode.Persistent,
-                                headers=headers)
+@dataclass(frozen=True, slots=True)
+class DeliveryQueues:
+    """The Route of channel `name`'s worker (services/consumer/broker.py): a copy that waits `delay_ms` goes to the
+    retry queue of that delay (a delay of DELIVERY_RETRY_DELAYS_MS: route.py chooses it)."""
 
+    topology: Topology
+    name: str
+    dead_max_length: int
+    queue_type: str = queues.CLASSIC
 
-def publish_hop(publisher: Publishes, topology: Topology, name: str, delay_ms: int,
-                headers: dict[str, object], body: bytes, props: pika.BasicProperties) -> None:
-    """A copy into the retry queue of `delay_ms`; raises pika's NackError / UnroutableError if not taken."""
-    out = _properties(props, route.copy_headers(headers))
-    publisher.basic_publish(topology.delivery_settle_exchange, topology.delivery_retry_queue(name, delay_ms), body,
-                            out, mandatory=True)
+    @property
+    def queue(self) -> str:
+        return self.topology.delivery_queue(self.name)
 
+    def declare(self, channel: Channel) -> None:
+        # Every channel's queues, not only this one's: the relay holds its WAL position on an event no queue takes
+        # (ADR 0012), so a delivery.email event must have a queue even where no email worker runs yet.
+        for name in DELIVERY_CHANNELS:
+            declare(channel, self.topology, name, self.dead_max_length, self.queue_type)
 
-def publish_dead(publisher: Publishes, topology: Topology, name: str, reason: str, attempts: int,
-                 body: bytes, props: pika.BasicProperties) -> None:
-    headers = route.copy_headers(props.headers, **{route.REASON_HEADER: reason, route.ATTEMPTS_HEADER: attempts,
-                                                   route.DEAD_AT_HEADER: int(time.time())})
-    headers.pop(route.DEAD_HEADER, None)
-    headers.pop(route.DUE_HEADER, None)
-    publisher.basic_publish(topology.delivery_settle_exchange, topology.delivery_dead_queue(name), body,
-                            _properties(props, headers), mandatory=True)
+    def retry(self, delay_ms: int) -> Destination:
+        return Destination(self.topology.delivery_settle_exchange, self.topology.delivery_retry_queue(self.name,
+                                                                                                      delay_ms))
+
+    def dead(self) -> Destination:
+        return Destination(self.topology.delivery_settle_exchange, self.topology.delivery_dead_queue(self.name))
+
+    def work(self) -> Destination:
+        return Destination(self.topology.delivery_settle_exchange, self.queue)

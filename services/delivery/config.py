@@ -32,8 +32,9 @@ from email.utils import parseaddr
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from services.core import ssrf
 from services.core.settings import METRICS_HOST, Env, SettingsError
-from services.delivery import budget, policy, ssrf
+from services.delivery import budget, policy
 
 DEAD_MAX_LENGTH: Final = 100_000
 METRICS_PORTS: Final = {"webhook": 9103, "email": 9104}  # one of each channel on a host without a setting

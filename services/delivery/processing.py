@@ -19,6 +19,8 @@ from typing import Final, Protocol
 import psycopg
 import psycopg_pool
 
+from services.consumer.headers import ATTEMPT, DUE, REASON, UNSEEN, attempt_of, copy_headers, parked_reason
+from services.consumer.outcomes import ACK, REQUEUE, Ack, Dead, Hop, Requeue
 from services.core.events import MalformedEvent, decode
 from services.delivery import budget, metrics, policy, route
 from services.delivery.payload import Delivery
@@ -33,33 +35,9 @@ UNSEEN_TRIES: Final = 5
 _RANDOM: Final = random.Random()
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """Done: delivered, or nothing to send."""
-
-
-@dataclass(frozen=True, slots=True)
-class Hop:
-    """Publish a copy to the retry queue of `delay_ms` with `headers`, then ack."""
-
-    delay_ms: int
-    headers: dict[str, object] = field(hash=False)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    reason: str
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class Requeue:
-    """Return the message as it was (the process is stopping)."""
-
-
-Outcome = Ack | Hop | DeadLetter | Requeue
-ACK: Final = Ack()
-REQUEUE: Final = Requeue()
+# What becomes of a delivery message: the runtime's outcomes (services/consumer/outcomes.py). A Hop waits in the
+# retry queue of its delay with the headers written here (route.py); a Dead is a dead letter.
+Outcome = Ack | Hop | Dead | Requeue
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +183,8 @@ class Processor:
             log.info("host over its budget", extra={"delivery_id": a.delivery.id, "host": host, "wait_ms": wait_ms,
                                                     "channel": a.delivery.channel})
             metrics.HOST_DEFERRED.labels(a.delivery.channel).inc()
-            admitted[i] = Hop(route.first_hop(wait_ms), route.copy_headers(a.headers, **{
-                route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "host over its budget"}))
+            admitted[i] = Hop(route.first_hop(wait_ms), copy_headers(a.headers, **{
+                DUE: _ms(now) + wait_ms, REASON: "host over its budget"}))
         return admitted
 
     def send(self, attempt: Attempt) -> Tried:
@@ -252,16 +230,16 @@ class Processor:
 
     def _early(self, body: bytes, headers: Mapping[str, object] | None, now: datetime) -> Outcome | int:
         """What a message comes to before its delivery is read, or its delivery id."""
-        attempt = route.attempt_of(headers)
-        parked = route.parked_reason(headers)
+        attempt = attempt_of(headers)
+        parked = parked_reason(headers)
         if parked is not None:  # a dead letter that waited for room in the dead queue
-            return DeadLetter(parked, attempt)
+            return Dead(parked, attempt)
         try:
             event = decode(body)
         except MalformedEvent as exc:
-            return DeadLetter(f"malformed: {exc}", attempt)
+            return Dead(f"malformed: {exc}", attempt)
         if event.type != f"delivery.{self._limits.channel}":
-            return DeadLetter(f"malformed: {event.type} is not a {self._limits.channel} delivery", attempt)
+            return Dead(f"malformed: {event.type} is not a {self._limits.channel} delivery", attempt)
         wait = route.hop(route.due_of(headers) - _ms(now))
         if wait is not None:
             return Hop(wait, dict(headers or {}))
@@ -278,14 +256,14 @@ class Processor:
             return self._unavailable(delivery_id, headers, now, exc)
         except Exception as exc:
             log.exception("delivery failed unexpectedly, marking it DEAD", extra={"delivery_id": delivery_id})
-            return self._dead(delivery_id, route.attempt_of(headers), f"internal error: {type(exc).__name__}")
+            return self._dead(delivery_id, attempt_of(headers), f"internal error: {type(exc).__name__}")
 
-    def _dead(self, delivery_id: int, attempt: int, reason: str) -> DeadLetter:
+    def _dead(self, delivery_id: int, attempt: int, reason: str) -> Dead:
         try:
             self._store.record_many([Record(delivery_id, policy.DEAD, attempts=attempt, failed=False, error=reason)])
         except Exception:
             log.exception("could not mark the delivery DEAD", extra={"delivery_id": delivery_id})
-        return DeadLetter(reason, attempt)
+        return Dead(reason, attempt)
 
     @staticmethod
     def _unavailable(delivery_id: int, headers: Mapping[str, object] | None, now: datetime,
@@ -293,21 +271,21 @@ class Processor:
         """The database failed us, not this message: it comes back later."""
         log.warning("database unavailable, delivery postponed", extra={"delivery_id": delivery_id,
                                                                       "error": repr(exc)})
-        return Hop(_UNAVAILABLE_WAIT_MS, route.copy_headers(headers, **{
-            route.DUE_HEADER: _ms(now) + _UNAVAILABLE_WAIT_MS, route.REASON_HEADER: "database unavailable"}))
+        return Hop(_UNAVAILABLE_WAIT_MS, copy_headers(headers, **{
+            DUE: _ms(now) + _UNAVAILABLE_WAIT_MS, REASON: "database unavailable"}))
 
     def _admit(self, delivery_id: int, headers: Mapping[str, object] | None, now: datetime,
                loaded: Mapping[int, tuple[Delivery, bool]], waits: dict[str, float]) -> Outcome | Attempt:
-        attempt = route.attempt_of(headers)
+        attempt = attempt_of(headers)
         found = loaded.get(delivery_id)
         if found is None:
             unseen = route.unseen_of(headers)
             if unseen >= UNSEEN_TRIES:
-                return DeadLetter(f"no delivery {delivery_id}", attempt)
+                return Dead(f"no delivery {delivery_id}", attempt)
             wait = route.first_hop(0)
-            return Hop(wait, route.copy_headers(headers, **{
-                route.UNSEEN_HEADER: unseen + 1, route.DUE_HEADER: _ms(now) + wait,
-                route.REASON_HEADER: "delivery not visible yet"}))
+            return Hop(wait, copy_headers(headers, **{
+                UNSEEN: unseen + 1, DUE: _ms(now) + wait,
+                REASON: "delivery not visible yet"}))
         delivery, taken = found
         context = {"delivery_id": delivery_id, "attempt": attempt, "channel": delivery.channel}
         if delivery.status not in policy.SENDABLE:
@@ -318,20 +296,20 @@ class Processor:
             log.info("notification withdrawn, not sent", extra=context)
             return ACK
         if delivery.channel != self._limits.channel:
-            return DeadLetter(f"delivery {delivery_id} is for channel {delivery.channel}", attempt)
+            return Dead(f"delivery {delivery_id} is for channel {delivery.channel}", attempt)
         if delivery.disabled_at is not None:
             reason = f"webhook disabled: {delivery.disabled_reason}"
             self._store.record_many([Record(delivery_id, policy.DEAD, attempts=attempt - 1, failed=False,
                                             error=reason)])
-            return DeadLetter(reason, attempt - 1)
+            return Dead(reason, attempt - 1)
         if not taken:
             if delivery.target not in waits:
                 waits[delivery.target] = self._store.wait(delivery.target, self._limits.rate, self._limits.burst)
             wait_ms = max(1, round(waits[delivery.target] * 1000))
             log.info("rate limited", extra={**context, "wait_ms": wait_ms})
             metrics.THROTTLED.labels(delivery.channel).inc()
-            return Hop(route.first_hop(wait_ms), route.copy_headers(headers, **{
-                route.DUE_HEADER: _ms(now) + wait_ms, route.REASON_HEADER: "rate limited"}))
+            return Hop(route.first_hop(wait_ms), copy_headers(headers, **{
+                DUE: _ms(now) + wait_ms, REASON: "rate limited"}))
         return Attempt(delivery, attempt, headers, now)
 
     def _decided(self, tried: Tried) -> tuple[Record, Outcome]:
@@ -358,18 +336,18 @@ class Processor:
         if decision.status == policy.DELIVERED:
             return record, ACK
         if decision.status == policy.DEAD:
-            return record, DeadLetter(decision.reason or "dead", attempt)
+            return record, Dead(decision.reason or "dead", attempt)
         delay_ms = max(1, round((decision.delay or 0) * 1000))
-        return record, Hop(route.first_hop(delay_ms), route.copy_headers(tried.attempt.headers, **{
-            route.ATTEMPT_HEADER: attempt + 1, route.DUE_HEADER: _ms(after) + delay_ms,
-            route.REASON_HEADER: decision.reason or ""}))
+        return record, Hop(route.first_hop(delay_ms), copy_headers(tried.attempt.headers, **{
+            ATTEMPT: attempt + 1, DUE: _ms(after) + delay_ms,
+            REASON: decision.reason or ""}))
 
 
-def _internal_error(tried: Tried, raised: str | None) -> tuple[Record, DeadLetter]:
+def _internal_error(tried: Tried, raised: str | None) -> tuple[Record, Dead]:
     """A try that ended in a bug of ours (the sender, or deciding its outcome): DEAD, naming the exception's type."""
     reason, attempt = f"internal error: {raised}", tried.attempt.attempt
     return Record(tried.attempt.delivery.id, policy.DEAD, attempts=attempt, failed=False, error=reason), \
-        DeadLetter(reason, attempt)
+        Dead(reason, attempt)
 
 
 def _ms(moment: datetime) -> int:

@@ -19,7 +19,8 @@ from typing import Final
 
 import httpcore
 
-from services.delivery import payload, signing, ssrf
+from services.core import signing, ssrf
+from services.delivery import payload
 from services.delivery.policy import EXCERPT_BYTES, Answer, NoAnswer, Refused, Result, excerpt
 
 USER_AGENT: Final = "walfeed-webhooks/1"

@@ -1,5 +1,5 @@
-"""Settings of `walfeed notifier`, read once at start from the environment: the fan-out worker's consumer settings
-(services/worker/config.py) under the `WALFEED_NOTIFIER_` prefix, with defaults of its own.
+"""Settings of `walfeed notifier`, read once at start from the environment: the runtime's consumer settings
+(services/consumer/settings.py) under the `WALFEED_NOTIFIER_` prefix, with defaults of its own.
 
 | variable | default | meaning |
 |---|---|---|
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from services.consumer.settings import ConsumerSettings
 from services.core.settings import Env
-from services.worker.config import WorkerSettings
 
 PREFIX: Final = "WALFEED_NOTIFIER"
 # A notification batch does a few lookups per event (handles, webhooks): smaller batches than the fan-out's keep a
@@ -47,14 +47,14 @@ class AuthorBudget:
 
 @dataclass(frozen=True, slots=True)
 class NotifierSettings:
-    consumer: WorkerSettings
+    consumer: ConsumerSettings
     author: AuthorBudget
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> NotifierSettings:
     env = Env(environ)
     return NotifierSettings(
-        WorkerSettings.from_env(environ, prefix=PREFIX, batch_size=BATCH_SIZE, metrics_port=METRICS_PORT,
+        ConsumerSettings.from_env(environ, prefix=PREFIX, batch_size=BATCH_SIZE, metrics_port=METRICS_PORT,
                                 large=False),
         AuthorBudget(env.int(f"{PREFIX}_AUTHOR_DELIVERIES", AUTHOR_DELIVERIES, minimum=0, maximum=100_000_000),
                      env.float(f"{PREFIX}_AUTHOR_WINDOW", AUTHOR_WINDOW, minimum=1.0, maximum=86_400.0 * 7)))

@@ -1,5 +1,5 @@
 """The database effects of the notifier. Adapter: psycopg 3 + the SQL in sql.py; the decisions are mentions.py's
-and, for whether an event is real, the fan-out worker's (services/worker/decide.py).
+and, for whether an event is real and new, the runtime's (services/consumer/outbox.py), as the fan-out worker's.
 
 `Effects.apply` applies a batch of events in one transaction: the post locks, one lookup of the events' outbox rows
 and processed records, then per type: follow.created notifies the followee; post.created notifies the users its
@@ -14,31 +14,28 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
+from services.consumer import outbox
+from services.consumer.outbox_db import Conn, apply_batch, mark_processed, real_and_new
+from services.consumer.outcomes import Expected, Poison
 from services.core import events as ev
 from services.notifier import mentions
 from services.notifier import sql as q
 from services.notifier.config import AuthorBudget
-from services.worker import decide, policy
-from services.worker import sql as worker_sql
-from services.worker.fanout import apply_batch, known_events
 
 log = logging.getLogger(__name__)
 
 CONSUMER: Final = "notifier"  # processed_events.consumer of this process
 
-Conn = psycopg.Connection[Any]
-Applied = str | policy.Expected | policy.Poison  # per event: what was done, or why it was not
+Applied = str | Expected | Poison  # per event: what was done, or why it was not
 
 # What the notifier did with an event (the consumer's labels).
 NOTIFIED: Final = "notified"
 NOTHING: Final = "nothing"  # a real event that notifies no one (no mention, a deleted post, an unfollow)
 WITHDRAWN: Final = "withdrawn"
-DUPLICATE: Final = "duplicate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +68,7 @@ class Effects:
             keys = post_lock_keys(unique)
             if keys:
                 conn.execute(q.LOCK_POSTS, {"keys": keys})
-            known = known_events(conn, CONSUMER, unique)
-            real: list[ev.Event] = []
-            for event in unique:
-                failure = decide.check(event, known.get(event.id))
-                if failure is not None:
-                    done[event] = failure
-                elif known[event.id].processed:
-                    done[event] = DUPLICATE
-                else:
-                    real.append(event)
+            real = real_and_new(conn, CONSUMER, unique, done)
             created = [e for e in real if e.type == ev.POST_CREATED]
             wanted = [*self._follow_notifications(real), *self._mention_notifications(conn, created, done)]
             notified = self._notify(conn, wanted, self._author)
@@ -93,9 +81,7 @@ class Effects:
                 if event not in done:
                     done[event] = (WITHDRAWN if event.type == ev.POST_DELETED
                                    else NOTIFIED if event.id in notified else NOTHING)
-            marked = [e.id for e in real if not isinstance(done[e], Exception)]
-            if marked:
-                conn.execute(worker_sql.MARK_PROCESSED_MANY, {"consumer": CONSUMER, "ids": marked})
+            mark_processed(conn, CONSUMER, [e.id for e in real if not isinstance(done[e], Exception)])
         return done
 
     @staticmethod
@@ -114,7 +100,7 @@ class Effects:
         for event in events:
             post = posts.get(event.payload["post_id"])
             if post is None or post["author_id"] != event.payload["author_id"]:
-                done[event] = decide.PostMissing(
+                done[event] = outbox.PostMissing(
                     f"post {event.payload['post_id']} of author {event.payload['author_id']} does not exist")
             elif not post["deleted"]:
                 named[event] = mentions.handles(post["body"])

@@ -1,9 +1,9 @@
 """`walfeed notifier`: wiring of the notification consumer (settings in services/notifier/config.py, design in
 docs/adr/0080).
 
-Consumes `{prefix}.notifier` (bound to post.* and follow.*, its own retry and dead queues) with the fan-out worker's
-consumer machinery (services/worker/consumer.py: batches on WALFEED_NOTIFIER_CONCURRENCY threads, manual acks,
-retries, dead letters), and applies each batch with services/notifier/effects.py. On every connection it first
+Consumes `{prefix}.notifier` (bound to post.* and follow.*, its own retry and dead queues) on the consumer runtime
+(services/consumer/batched.py: batches on WALFEED_NOTIFIER_CONCURRENCY threads, manual acks, retries, dead
+letters), and applies each batch with services/notifier/effects.py. On every connection it first
 declares the delivery queues, so the delivery events it writes are never unroutable. SIGTERM/SIGINT: stop
 consuming, return what is not started, let running batches finish, exit 0.
 """
@@ -12,44 +12,21 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from functools import partial
 
-import pika
-
+from services.consumer import batched
+from services.consumer.processor import Processor
 from services.core.amqp import consume, declare_delivery_queues
-from services.core.db import make_pool
+from services.core.db import PLAN_EACH_BATCH, make_pool
 from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
 from services.notifier import config
 from services.notifier.effects import Effects
-from services.worker.consumer import Limits, Session
-from services.worker.main import PLAN_EACH_BATCH
-from services.worker.policy import RetryPolicy
-from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class DeclaringSession:
-    """The consumer session, run after the delivery queues are declared on its connection (inside `run`: a
-    connection lost while declaring is a lost connection like any other, and the session reconnects)."""
-
-    conn: pika.BlockingConnection
-    topology: Topology
-    session: Session
-    queue_type: str
-
-    def run(self) -> None:
-        channel = self.conn.channel()
-        declare_delivery_queues(channel, self.topology, self.queue_type)
-        channel.close()
-        self.session.run()
-
-    def abandon(self) -> None:
-        self.session.abandon()
 
 
 def run(settings: Settings) -> int:
@@ -61,22 +38,19 @@ def run(settings: Settings) -> int:
     pool = make_pool(settings.database_url, min_size=1, max_size=notifier.concurrency, name="walfeed-notifier",
                      options=PLAN_EACH_BATCH)  # as the worker's, for the same reason
     pool.open()
-    processor = Processor(Effects(pool, settings_of.author).apply, None,
-                          RetryPolicy(notifier.max_attempts, notifier.retry_base, notifier.retry_cap))
-    limits = Limits(notifier.batch_size, notifier.concurrency, notifier.prefetch,
-                    park_ms=round(notifier.retry_cap * 1000), dead_max_length=notifier.dead_max_length,
-                    queue_type=settings.amqp_queue_type)
-
-    def session(conn: pika.BlockingConnection) -> DeclaringSession:
-        return DeclaringSession(conn, topology, Session(conn, topology.notifier, processor, batches, batches, limits,
-                                                        stopping), settings.amqp_queue_type)
+    processor = Processor(Effects(pool, settings_of.author).apply, batched.retry_of(notifier))
+    limits = batched.limits_of(notifier, settings.amqp_queue_type)
+    # The delivery queues first, on every connection: the delivery events it writes are never unroutable.
+    deliveries = partial(declare_delivery_queues, topology=topology, queue_type=settings.amqp_queue_type)
 
     log.info("notifier starting", extra={"concurrency": notifier.concurrency, "batch_size": notifier.batch_size,
                                          "prefetch": notifier.prefetch, "max_attempts": notifier.max_attempts,
                                          "prefix": settings.amqp_prefix})
     try:
         with ThreadPoolExecutor(notifier.concurrency, thread_name_prefix="batch") as batches:
-            code = consume(settings.amqp_url, "walfeed-notifier", stopping, session,
+            code = consume(settings.amqp_url, "walfeed-notifier", stopping,
+                           lambda conn: batched.session(conn, topology.notifier, processor, batches, limits, stopping,
+                                                        also=deliveries),
                            f"a queue exists with other arguments than the notifier declares (an older walfeed, or "
                            f"another {config.PREFIX}_DEAD_MAX_LENGTH): drain and delete it, or set the setting to "
                            "match; see README 'Upgrading'")

@@ -15,11 +15,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-import orjson
 import psycopg
 from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
+from services.consumer import outbox
+from services.consumer.outbox_db import Conn, apply_batch, mark_processed, real_and_new
+from services.consumer.outcomes import Expected, Interrupted, Poison
 from services.core import events as ev
 from services.core.feed import BACKFILL_LIMIT, TIMELINE_CAP
 from services.worker import decide, policy
@@ -32,8 +34,7 @@ CONSUMER: Final = "fanout"  # processed_events.consumer of this worker
 # small posts is never held behind a large one (those are fanned out apart, on their own threads).
 FANOUT_CHUNK_SIZE: Final = 1000
 
-Conn = psycopg.Connection[Any]
-Applied = str | policy.Expected | policy.Poison  # per event: what was done, or why it was not
+Applied = str | Expected | Poison  # per event: what was done, or why it was not
 
 
 class Effects:
@@ -64,16 +65,9 @@ class Effects:
         keys, exclusive = decide.locks(unique)
         with conn.transaction():
             conn.execute(q.LOCK_AUTHORS, {"keys": keys, "exclusive": exclusive})
-            known = known_events(conn, CONSUMER, unique)
             real: dict[str, list[ev.Event]] = defaultdict(list)
-            for event in unique:
-                failure = decide.check(event, known.get(event.id))
-                if failure is not None:
-                    done[event] = failure
-                elif known[event.id].processed:
-                    done[event] = "duplicate"
-                else:
-                    real[event.type].append(event)
+            for event in real_and_new(conn, CONSUMER, unique, done):
+                real[event.type].append(event)
             trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
             self._posts_deleted(conn, real[ev.POST_DELETED], done)
             self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
@@ -105,7 +99,7 @@ class Effects:
             try:
                 done[event] = decide.post_action(
                     event, row, decisions.get(post_id, row.fanned_out if row else None), self._chunk)
-            except decide.PostMissing as exc:
+            except outbox.PostMissing as exc:
                 done[event] = exc
         pushed = [e for e in events if done[e] == decide.PUSHED]
         own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in events
@@ -166,7 +160,7 @@ class Effects:
     def fan_out_large(self, event: ev.Event) -> str:
         """The audience of a pushed post larger than a chunk (its decision and own row are recorded by `apply`), in
         chunks of followers, one short transaction each under the author's shared lock. Marked processed with the
-        last chunk; stopping between chunks raises policy.Interrupted and the redelivery resumes idempotently."""
+        last chunk; stopping between chunks raises Interrupted and the redelivery resumes idempotently."""
         with self._pool.connection() as conn:
             return self._fan_out_chunks(conn, event)
 
@@ -189,7 +183,7 @@ class Effects:
                 return decide.PUSHED if chunk["alive"] else decide.DELETED
             after = chunk["last"]
             if self._should_stop():
-                raise policy.Interrupted(f"stopping after follower {after}")
+                raise Interrupted(f"stopping after follower {after}")
 
     def _trim_followers(self, conn: Conn, followers: SQL, args: dict[str, Any]) -> None:
         """Best effort, after the fan-out committed: trim the users `followers` selects. A failed trim leaves
@@ -199,43 +193,6 @@ class Effects:
                 trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
         except psycopg.Error as exc:  # a failed trim must not fail the committed fan-out
             log.warning("timeline trim skipped", extra={"error": repr(exc)})
-
-
-# SQLSTATE classes and codes of failures that are the database's, not a statement's: connection exceptions,
-# transaction rollbacks (deadlock, serialization), insufficient resources, operator intervention but a cancel.
-_UNAVAILABLE_CLASSES: Final = ("08", "40", "53")
-_UNAVAILABLE_CODES: Final = ("57P01", "57P02", "57P03")
-
-
-def unavailable(exc: psycopg.OperationalError) -> bool:
-    """Whether a failure says nothing about the statements: no connection (no SQLSTATE at all, or a pool that had
-    none to give), a connection or resource failure, a deadlock or serialization failure, a server shutdown. A
-    statement timeout (57014) is not: the batch may hold the event that caused it."""
-    state = exc.sqlstate
-    return state is None or state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_CODES
-
-
-def apply_batch(pool: ConnectionPool, events: Iterable[ev.Event],
-                apply: Callable[[Conn, list[ev.Event]], dict[ev.Event, Applied]]) -> dict[ev.Event, Applied]:
-    """`apply` on the distinct events of a batch with a pooled connection (the notifier's effects too). A failure
-    of the database itself (`unavailable`) becomes policy.Unavailable: no message of the batch is to blame."""
-    unique = decide.distinct(events)
-    if not unique:
-        return {}
-    try:
-        with pool.connection() as conn:
-            return apply(conn, unique)
-    except psycopg.OperationalError as exc:
-        if unavailable(exc):
-            raise policy.Unavailable(policy.reason_text(exc)) from exc
-        raise
-
-
-def known_events(conn: Conn, consumer: str, events: Iterable[ev.Event]) -> dict[uuid.UUID, decide.Known]:
-    """What the database holds for each event id (sql.py KNOWN_EVENTS), as `consumer` sees it: an id that is
-    missing has no visible outbox row."""
-    rows = conn.execute(q.KNOWN_EVENTS, {"consumer": consumer, "ids": list({e.id for e in events})}).fetchall()
-    return {r["id"]: decide.Known(r["type"], orjson.loads(r["payload"]), r["processed"]) for r in rows}
 
 
 def trim(conn: Conn, user_ids: list[int], cap: int) -> int:
@@ -268,5 +225,4 @@ def _pairs(events: list[ev.Event]) -> tuple[list[int], list[int]]:
 
 
 def _mark(conn: Conn, event_ids: list[uuid.UUID]) -> None:
-    if event_ids:
-        conn.execute(q.MARK_PROCESSED_MANY, {"consumer": CONSUMER, "ids": event_ids})
+    mark_processed(conn, CONSUMER, event_ids)

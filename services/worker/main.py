@@ -11,27 +11,19 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from services.consumer import batched
+from services.consumer.processor import Processor
 from services.core import sdnotify, tracing
 from services.core.amqp import consume
-from services.core.db import make_pool
+from services.core.db import PLAN_EACH_BATCH, make_pool
 from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
 from services.worker.config import WorkerSettings
-from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
-from services.worker.policy import RetryPolicy
-from services.worker.processing import Processor
 
 log = logging.getLogger(__name__)
-
-# Plan every execution: a prepared statement's generic plan, made on nearly empty tables, kept scanning them whole
-# for the life of the connection (docs/adr/0024). No JIT: a batch's statements are key probes of a few ms, and a
-# probe of the partitioned timelines is costed as one of every partition (docs/adr/0093), which lifts a trim of
-# 200 users over jit_above_cost: 865 ms compiling for a 49 ms statement, measured.
-PLAN_EACH_BATCH = "-c plan_cache_mode=force_custom_plan -c jit=off"
-
 
 def run(settings: Settings) -> int:
     worker = WorkerSettings.from_env()
@@ -43,10 +35,8 @@ def run(settings: Settings) -> int:
                      name="walfeed-worker", options=PLAN_EACH_BATCH)
     pool.open()
     effects = Effects(pool, settings.celebrity_threshold, should_stop=stopping.is_set)
-    processor = Processor(effects.apply, effects.fan_out_large,
-                          RetryPolicy(worker.max_attempts, worker.retry_base, worker.retry_cap))
-    limits = Limits(worker.batch_size, worker.concurrency, worker.prefetch, park_ms=round(worker.retry_cap * 1000),
-                    dead_max_length=worker.dead_max_length, queue_type=settings.amqp_queue_type)
+    processor = Processor(effects.apply, batched.retry_of(worker), large=effects.fan_out_large)
+    limits = batched.limits_of(worker, settings.amqp_queue_type)
     log.info("worker starting", extra={"concurrency": worker.concurrency, "batch_size": worker.batch_size,
                                        "prefetch": worker.prefetch, "max_attempts": worker.max_attempts,
                                        "prefix": settings.amqp_prefix})
@@ -55,7 +45,8 @@ def run(settings: Settings) -> int:
                 ThreadPoolExecutor(worker.large_concurrency, thread_name_prefix="large") as large:
             code = consume(
                 settings.amqp_url, "walfeed-worker", stopping,
-                lambda conn: Session(conn, topology.fanout, processor, batches, large, limits, stopping, traces),
+                lambda conn: batched.session(conn, topology.fanout, processor, batches, limits, stopping, traces,
+                                             large=large),
                 "a queue exists with other arguments than this worker declares (an older walfeed, or another "
                 "WALFEED_WORKER_DEAD_MAX_LENGTH): drain and delete it, or set the setting to match; see README "
                 "'Upgrading'")

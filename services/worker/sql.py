@@ -18,23 +18,8 @@ FROM unnest(%(keys)s::bigint[], %(exclusive)s::bool[]) AS l(key, exclusive)
 # Batch statements look rows up by primary key from an unnest of ids through a LATERAL subquery with OFFSET 0 (the
 # planner cannot flatten it): one index probe per id whatever the statistics say. Without it, on tables that were
 # never analyzed, the planner scanned every undeleted post through posts_author_idx, or hashed the whole outbox,
-# for a batch of 30 ids (tests/integration/worker/test_plans.py asserts these plans).
-
-# The outbox rows of the batch's events as this transaction sees them (an id missing: not visible yet, or forged)
-# and whether this consumer processed them. Taken after the locks, so a duplicate that committed meanwhile is seen.
-# The payload comes as text, parsed by known_events with orjson: psycopg's jsonb loader (the standard library's json)
-# cost more per event than any other part of reading the batch.
-KNOWN_EVENTS: Final = sql.SQL("""
-SELECT o.id, o.type, o.payload::text AS payload, pe.event_id IS NOT NULL AS processed
-FROM unnest(%(ids)s::uuid[]) AS e(id)
-CROSS JOIN LATERAL (SELECT id, type, payload FROM outbox WHERE id = e.id OFFSET 0) o
-LEFT JOIN LATERAL (SELECT event_id FROM processed_events
-                   WHERE consumer = %(consumer)s AND event_id = e.id OFFSET 0) pe ON true
-""")
-
-MARK_PROCESSED_MANY: Final = sql.SQL(
-    "INSERT INTO processed_events (consumer, event_id) SELECT %(consumer)s, unnest(%(ids)s::uuid[]) "
-    "ON CONFLICT DO NOTHING")
+# for a batch of 30 ids (tests/integration/worker/test_plans.py asserts these plans). The outbox lookup and the
+# processed records, shared with every consumer of the events exchange, are in services/consumer/outbox_db.py.
 
 POSTS_FOR_FANOUT: Final = sql.SQL("""
 SELECT p.id, p.author_id, p.deleted_at IS NOT NULL AS deleted, p.fanned_out, u.follower_count

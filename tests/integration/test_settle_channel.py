@@ -1,5 +1,5 @@
-"""A consumer's settle channel on the real broker (services/core/settle_channel.py, docs/adr/0090): a streak of nacks
-replaces the channel, and the next publish goes through the new one.
+"""A consumer's settle channel on the real broker (services/consumer/settle_channel.py, docs/adr/0090): a streak of
+nacks replaces the channel, and the next publish goes through the new one.
 
 The nacks come from a full queue that refuses publishes (`x-max-length` 1, `x-overflow: reject-publish`): RabbitMQ's
 own nack, through pika's BlockingChannel, as a quorum queue electing its leader gives. The streak is 0.3 s here
@@ -11,8 +11,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from services.consumer.settle_channel import SettleChannel
 from services.core.nack_streak import NackStreak
-from services.core.settle_channel import SettleChannel
 from testkit.infra import Infra
 from testkit.waiting import eventually
 

@@ -10,10 +10,10 @@ import pytest
 from services.cli.broker_users import vhost_of
 from services.cli.dead_letters import Letter
 from services.cli.roles import amqp_permissions, with_credentials
+from services.consumer import broker
 from services.core import amqp, nodes, queues
 from services.core.settings import Settings, SettingsError
 from services.core.topology import Topology
-from services.worker import broker
 
 TWO = "amqp://guest:guest@127.0.0.1:5672/%2F, amqp://guest:guest@127.0.0.1:5673/%2F"
 

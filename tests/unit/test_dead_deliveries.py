@@ -7,6 +7,7 @@ import orjson
 
 from services.cli import dead_deliveries as dd
 from services.cli import dead_letters as dl
+from services.consumer import headers
 from services.core.events import Event, encode
 from services.core.topology import Topology
 from services.delivery import route
@@ -52,8 +53,8 @@ def test_a_letter_whose_delivery_cannot_be_made_again_stays_dead_saying_why() ->
 
 
 def test_a_replayed_delivery_letter_starts_at_its_first_attempt_due_now() -> None:
-    headers = {route.ATTEMPT_HEADER: 3, route.DUE_HEADER: 1, route.REASON_HEADER: "HTTP 400",
-               route.ATTEMPTS_HEADER: 3, route.DEAD_AT_HEADER: 1, route.DEAD_HEADER: "x", "traceparent": "00-a"}
-    copy = dl.replay_headers(headers)
-    assert copy == {"traceparent": "00-a", dl.REPLAYS: 1}
-    assert route.attempt_of(copy) == 1 and route.due_of(copy) == 0 and route.parked_reason(copy) is None
+    letter = {headers.ATTEMPT: 3, headers.DUE: 1, headers.REASON: "HTTP 400",
+              headers.ATTEMPTS: 3, headers.DEAD_AT: 1, headers.PARKED: "x", "traceparent": "00-a"}
+    copy = dl.replay_headers(letter)
+    assert copy == {"traceparent": "00-a", headers.REPLAYS: 1}
+    assert headers.attempt_of(copy) == 1 and route.due_of(copy) == 0 and headers.parked_reason(copy) is None

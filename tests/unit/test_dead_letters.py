@@ -8,18 +8,19 @@ import orjson
 import pytest
 
 from services.cli import dead_letters as dl
+from services.consumer import headers
 from services.core.topology import Topology
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def _letter(reason: str | None = "malformed: x", type_: str | None = "post.created", dead_ago: float | None = 60,
-            body: bytes = b'{"id": "a"}', **headers: object) -> dl.Letter:
-    hdrs: dict[str, object] = dict(headers)
+            body: bytes = b'{"id": "a"}', **more: object) -> dl.Letter:
+    hdrs: dict[str, object] = dict(more)
     if reason is not None:
-        hdrs[dl.REASON] = reason
+        hdrs[headers.REASON] = reason
     if dead_ago is not None:
-        hdrs[dl.DEAD_AT] = int((NOW - timedelta(seconds=dead_ago)).timestamp())
+        hdrs[headers.DEAD_AT] = int((NOW - timedelta(seconds=dead_ago)).timestamp())
     props = {"message_id": "m1", "timestamp": int((NOW - timedelta(days=2)).timestamp())}
     if type_:
         props["type"] = type_
@@ -71,9 +72,10 @@ def test_queues_are_named_with_or_without_the_prefix_and_unknown_ones_are_refuse
 
 
 def test_a_replayed_copy_starts_a_fresh_budget_and_counts_its_replays() -> None:
-    headers = {dl.REASON: "x", dl.ATTEMPTS: 4, dl.ATTEMPT: 4, dl.DEAD_AT: 1, "x-death": [], "traceparent": "00-a"}
-    assert dl.replay_headers(headers) == {"traceparent": "00-a", dl.REPLAYS: 1}
-    assert dl.replay_headers({dl.REPLAYS: 2}) == {dl.REPLAYS: 3}
+    letter = {headers.REASON: "x", headers.ATTEMPTS: 4, headers.ATTEMPT: 4, headers.DEAD_AT: 1, "x-death": [],
+              "traceparent": "00-a"}
+    assert dl.replay_headers(letter) == {"traceparent": "00-a", headers.REPLAYS: 1}
+    assert dl.replay_headers({headers.REPLAYS: 2}) == {headers.REPLAYS: 3}
 
 
 def test_export_lines_are_json_with_the_body_as_text_or_base64() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core import acks
+from services.consumer import acks, headers
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
 from services.delivery import budget, policy, route
 from services.delivery.payload import Delivery
@@ -163,11 +163,11 @@ def test_a_copy_due_now_does_not_hop() -> None:
 
 
 def test_headers_keep_ours_and_drop_the_brokers() -> None:
-    copied = route.copy_headers({"x-death": [1], route.ATTEMPT_HEADER: 2, "x-first-death-queue": "q"},
-                                **{route.DUE_HEADER: 5})
-    assert copied == {route.ATTEMPT_HEADER: 2, route.DUE_HEADER: 5}
-    assert route.attempt_of({route.ATTEMPT_HEADER: True}) == 1 and route.attempt_of(None) == 1
-    assert route.due_of({route.DUE_HEADER: "5"}) == 0
+    copied = headers.copy_headers({"x-death": [1], headers.ATTEMPT: 2, "x-first-death-queue": "q"},
+                                **{headers.DUE: 5})
+    assert copied == {headers.ATTEMPT: 2, headers.DUE: 5}
+    assert headers.attempt_of({headers.ATTEMPT: True}) == 1 and headers.attempt_of(None) == 1
+    assert route.due_of({headers.DUE: "5"}) == 0
 
 
 def test_finished_deliveries_are_acked_together_once_the_oldest_is_finished() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from services.consumer import headers, outcomes
 from services.core import events as ev
 from services.core.topology import DELIVERY_RETRY_DELAYS_MS
 from services.delivery import budget, policy, processing, route
@@ -94,61 +95,61 @@ def _processor(store: FakeStore, sender: FakeSender) -> processing.Processor:
 
 def test_a_success_is_recorded_delivered_and_acked() -> None:
     store, sender = FakeStore({1: _delivery()}), FakeSender([policy.Answer(204)])
-    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert _processor(store, sender).handle(_body(), None) == outcomes.ACK
     assert store.records == [(1, policy.DELIVERED, {"attempts": 1, "failed": False, "code": 204, "error": None,
                                                     "excerpt": None, "delay": None, "disable": None})]
 
 
 def test_a_retriable_failure_hops_with_the_next_attempt_and_its_due_time() -> None:
     store, sender = FakeStore({1: _delivery()}), FakeSender([policy.Answer(503)])
-    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 2})
-    assert isinstance(outcome, processing.Hop)
-    due = outcome.headers[route.DUE_HEADER]
+    outcome = _processor(store, sender).handle(_body(), {headers.ATTEMPT: 2})
+    assert isinstance(outcome, outcomes.Hop)
+    due = outcome.headers[headers.DUE]
     assert isinstance(due, int) and 0.8 * 60_000 <= due - NOW_MS <= 60_000
-    assert outcome.headers[route.ATTEMPT_HEADER] == 3 and outcome.delay_ms == route.first_hop(due - NOW_MS)
+    assert outcome.headers[headers.ATTEMPT] == 3 and outcome.delay_ms == route.first_hop(due - NOW_MS)
     assert store.records[0][1] == policy.RETRYING and store.records[0][2]["attempts"] == 2
 
 
 def test_the_last_attempt_is_a_dead_letter() -> None:
     store, sender = FakeStore({1: _delivery()}), FakeSender([policy.NoAnswer("timeout")])
-    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 3})
-    assert outcome == processing.DeadLetter("attempts exhausted (3): timeout", 3)
+    outcome = _processor(store, sender).handle(_body(), {headers.ATTEMPT: 3})
+    assert outcome == outcomes.Dead("attempts exhausted (3): timeout", 3)
     assert store.records[0][1] == policy.DEAD
 
 
 def test_over_the_rate_limit_it_waits_without_spending_an_attempt_or_sending() -> None:
     store, sender = FakeStore({1: _delivery()}, over_limit_for=1.5), FakeSender()
-    outcome = _processor(store, sender).handle(_body(), {route.ATTEMPT_HEADER: 2})
-    assert isinstance(outcome, processing.Hop)
-    assert outcome.headers[route.ATTEMPT_HEADER] == 2 and outcome.headers[route.DUE_HEADER] == NOW_MS + 1500
+    outcome = _processor(store, sender).handle(_body(), {headers.ATTEMPT: 2})
+    assert isinstance(outcome, outcomes.Hop)
+    assert outcome.headers[headers.ATTEMPT] == 2 and outcome.headers[headers.DUE] == NOW_MS + 1500
     assert sender.sent == [] and store.records == []
 
 
 def test_a_copy_not_due_yet_hops_on_unchanged_and_touches_nothing() -> None:
     store, sender = FakeStore({1: _delivery()}), FakeSender()
-    headers: dict[str, object] = {route.ATTEMPT_HEADER: 2, route.DUE_HEADER: NOW_MS + 10_000}
-    outcome = _processor(store, sender).handle(_body(), headers)
-    assert outcome == processing.Hop(8192, headers)
+    copy: dict[str, object] = {headers.ATTEMPT: 2, headers.DUE: NOW_MS + 10_000}
+    outcome = _processor(store, sender).handle(_body(), copy)
+    assert outcome == outcomes.Hop(8192, copy)
     assert sender.sent == [] and store.records == []
 
 
 @pytest.mark.parametrize("status", [policy.DELIVERED, policy.DEAD, policy.WITHDRAWN])
 def test_a_settled_delivery_is_acked_unsent(status: str) -> None:
     store, sender = FakeStore({1: _delivery(status=status)}), FakeSender()
-    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert _processor(store, sender).handle(_body(), None) == outcomes.ACK
     assert sender.sent == [] and store.records == []
 
 
 def test_a_withdrawn_notification_withdraws_its_delivery_unsent() -> None:
     store, sender = FakeStore({1: _delivery(withdrawn_at=NOW)}), FakeSender()
-    assert _processor(store, sender).handle(_body(), None) == processing.ACK
+    assert _processor(store, sender).handle(_body(), None) == outcomes.ACK
     assert store.withdrawn == [1] and sender.sent == []
 
 
 def test_a_disabled_webhook_kills_the_delivery_unsent() -> None:
     store, sender = FakeStore({1: _delivery(disabled_at=NOW, disabled_reason="410 Gone")}), FakeSender()
     outcome = _processor(store, sender).handle(_body(), None)
-    assert outcome == processing.DeadLetter("webhook disabled: 410 Gone", 0)
+    assert outcome == outcomes.Dead("webhook disabled: 410 Gone", 0)
     assert store.records[0][1] == policy.DEAD and sender.sent == []
 
 
@@ -156,50 +157,50 @@ def test_an_adapter_that_raises_makes_the_delivery_dead_and_the_next_goes_on() -
     store = FakeStore({1: _delivery(), 2: _delivery(2)})
     sender = FakeSender([KeyError("bug"), policy.Answer(200)])
     processor = _processor(store, sender)
-    assert processor.handle(_body(1), None) == processing.DeadLetter("internal error: KeyError", 1)
+    assert processor.handle(_body(1), None) == outcomes.Dead("internal error: KeyError", 1)
     assert store.records[0][:2] == (1, policy.DEAD)
-    assert processor.handle(_body(2), None) == processing.ACK
+    assert processor.handle(_body(2), None) == outcomes.ACK
 
 
 def test_a_database_outage_postpones_without_spending_an_attempt() -> None:
     store = FakeStore({1: _delivery()}, fail_load=psycopg.OperationalError("server closed the connection"))
-    outcome = _processor(store, FakeSender()).handle(_body(), {route.ATTEMPT_HEADER: 2})
-    assert isinstance(outcome, processing.Hop) and outcome.headers[route.ATTEMPT_HEADER] == 2
+    outcome = _processor(store, FakeSender()).handle(_body(), {headers.ATTEMPT: 2})
+    assert isinstance(outcome, outcomes.Hop) and outcome.headers[headers.ATTEMPT] == 2
 
 
 @pytest.mark.parametrize(("body", "reason"), [(b"nope", "malformed: body is not JSON"),
                                               (_body(type=ev.DELIVERY_EMAIL), "is not a webhook delivery")])
 def test_malformed_messages_are_dead_letters(body: bytes, reason: str) -> None:
     outcome = _processor(FakeStore(), FakeSender()).handle(body, None)
-    assert isinstance(outcome, processing.DeadLetter) and reason in outcome.reason
+    assert isinstance(outcome, outcomes.Dead) and reason in outcome.reason
 
 
 def test_an_unknown_delivery_is_looked_for_again_at_the_shortest_hop_then_is_a_dead_letter() -> None:
-    processor, headers = _processor(FakeStore(), FakeSender()), None
+    processor, copy = _processor(FakeStore(), FakeSender()), None
     for unseen in range(1, processing.UNSEEN_TRIES + 1):
-        outcome = processor.handle(_body(7), headers)
-        assert isinstance(outcome, processing.Hop) and outcome.delay_ms == DELIVERY_RETRY_DELAYS_MS[0]
-        assert outcome.headers[route.UNSEEN_HEADER] == unseen
-        assert outcome.headers[route.DUE_HEADER] == NOW_MS + DELIVERY_RETRY_DELAYS_MS[0]
-        headers = {**outcome.headers, route.DUE_HEADER: NOW_MS}  # back from the retry queue, due
-    assert processor.handle(_body(7), headers) == processing.DeadLetter("no delivery 7", 1)
+        outcome = processor.handle(_body(7), copy)
+        assert isinstance(outcome, outcomes.Hop) and outcome.delay_ms == DELIVERY_RETRY_DELAYS_MS[0]
+        assert outcome.headers[headers.UNSEEN] == unseen
+        assert outcome.headers[headers.DUE] == NOW_MS + DELIVERY_RETRY_DELAYS_MS[0]
+        copy = {**outcome.headers, headers.DUE: NOW_MS}  # back from the retry queue, due
+    assert processor.handle(_body(7), copy) == outcomes.Dead("no delivery 7", 1)
 
 
 def test_a_delivery_visible_at_the_second_look_is_sent_without_spending_an_attempt() -> None:
     store, sender = FakeStore(), FakeSender([policy.Answer(204)])
     processor = _processor(store, sender)
     outcome = processor.handle(_body(1), None)
-    assert isinstance(outcome, processing.Hop) and not sender.sent and not store.records
+    assert isinstance(outcome, outcomes.Hop) and not sender.sent and not store.records
     store.rows[1] = _delivery(1)
-    assert processor.handle(_body(1), {**outcome.headers, route.DUE_HEADER: NOW_MS}) == processing.ACK
+    assert processor.handle(_body(1), {**outcome.headers, headers.DUE: NOW_MS}) == outcomes.ACK
     assert sender.sent == [1]
     assert [(r[1], r[2]["attempts"]) for r in store.records] == [(policy.DELIVERED, 1)]
 
 
 def test_a_parked_dead_letter_goes_to_the_dead_queue_again() -> None:
-    outcome = _processor(FakeStore(), FakeSender()).handle(b"", {route.DEAD_HEADER: b"HTTP 400",
-                                                                 route.ATTEMPT_HEADER: 1})
-    assert outcome == processing.DeadLetter("HTTP 400", 1)
+    outcome = _processor(FakeStore(), FakeSender()).handle(b"", {headers.PARKED: b"HTTP 400",
+                                                                 headers.ATTEMPT: 1})
+    assert outcome == outcomes.Dead("HTTP 400", 1)
 
 
 def _batch(processor: processing.Processor, *ids: int) -> list[processing.Outcome]:
@@ -213,56 +214,56 @@ def _batch(processor: processing.Processor, *ids: int) -> list[processing.Outcom
 def test_a_batch_is_loaded_with_one_statement_and_recorded_with_one() -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2), 3: _delivery(3)})
     sender = FakeSender([policy.Answer(204), policy.Answer(500), policy.Answer(410)])
-    outcomes = _batch(_processor(store, sender), 1, 2, 3)
+    settled = _batch(_processor(store, sender), 1, 2, 3)
     assert store.loads == [[1, 2, 3]] and store.record_calls == 1
-    assert outcomes[0] == processing.ACK and isinstance(outcomes[1], processing.Hop)
-    assert outcomes[2] == processing.DeadLetter("HTTP 410", 1)
+    assert settled[0] == outcomes.ACK and isinstance(settled[1], outcomes.Hop)
+    assert settled[2] == outcomes.Dead("HTTP 410", 1)
     assert [(r[0], r[1]) for r in store.records] == [(1, policy.DELIVERED), (2, policy.RETRYING), (3, policy.DEAD)]
     assert store.records[2][2]["disable"] is not None
 
 
 def test_in_a_batch_a_sender_that_raises_kills_only_its_own_delivery() -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2)})
-    outcomes = _batch(_processor(store, FakeSender([ZeroDivisionError("bug"), policy.Answer(200)])), 1, 2)
-    assert outcomes == [processing.DeadLetter("internal error: ZeroDivisionError", 1), processing.ACK]
+    settled = _batch(_processor(store, FakeSender([ZeroDivisionError("bug"), policy.Answer(200)])), 1, 2)
+    assert settled == [outcomes.Dead("internal error: ZeroDivisionError", 1), outcomes.ACK]
     assert [(r[0], r[1]) for r in store.records] == [(1, policy.DEAD), (2, policy.DELIVERED)]
 
 
 def test_a_batch_load_that_raises_is_loaded_again_one_by_one_and_only_the_failing_one_is_dead() -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2)}, fail_load=ValueError("bug"), fail_load_of=1)
-    outcomes = _batch(_processor(store, FakeSender([policy.Answer(204)])), 1, 2)
-    assert outcomes == [processing.DeadLetter("internal error: ValueError", 1), processing.ACK]
+    settled = _batch(_processor(store, FakeSender([policy.Answer(204)])), 1, 2)
+    assert settled == [outcomes.Dead("internal error: ValueError", 1), outcomes.ACK]
     assert store.loads == [[1, 2], [1], [2]]
 
 
 def test_in_a_batch_only_the_rate_limited_ones_wait_and_they_spend_no_attempt() -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2)}, over_limit_for=0.5, limited={2})
     outcome_1, outcome_2 = _processor(store, FakeSender()).admit([(_body(1), None),
-                                                                  (_body(2), {route.ATTEMPT_HEADER: 3})])
+                                                                  (_body(2), {headers.ATTEMPT: 3})])
     assert isinstance(outcome_1, processing.Attempt) and outcome_1.attempt == 1
-    assert isinstance(outcome_2, processing.Hop) and outcome_2.headers[route.ATTEMPT_HEADER] == 3
-    assert outcome_2.headers[route.REASON_HEADER] == "rate limited" and store.records == []
+    assert isinstance(outcome_2, outcomes.Hop) and outcome_2.headers[headers.ATTEMPT] == 3
+    assert outcome_2.headers[headers.REASON] == "rate limited" and store.records == []
 
 
 def test_a_database_outage_while_recording_postpones_the_batch_without_spending_attempts() -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2)},
                       fail_record=psycopg.OperationalError("server closed the connection"))
-    outcomes = _batch(_processor(store, FakeSender([policy.Answer(204), policy.Answer(500)])), 1, 2)
-    assert all(isinstance(o, processing.Hop) and o.headers[route.REASON_HEADER] == "database unavailable"
-               and route.ATTEMPT_HEADER not in o.headers for o in outcomes)
+    settled = _batch(_processor(store, FakeSender([policy.Answer(204), policy.Answer(500)])), 1, 2)
+    assert all(isinstance(o, outcomes.Hop) and o.headers[headers.REASON] == "database unavailable"
+               and headers.ATTEMPT not in o.headers for o in settled)
 
 
 @pytest.mark.parametrize("retry_after", ["\u00b2", "9" * 400, "Mon, 01 Jan 100000000000000000000 00:00:00 GMT"])
 def test_a_hostile_retry_after_in_a_batch_loses_no_other_outcome(retry_after: str) -> None:
     store = FakeStore({1: _delivery(1), 2: _delivery(2), 3: _delivery(3)})
     sender = FakeSender([policy.Answer(204), policy.Answer(503, retry_after=retry_after), policy.Answer(200)])
-    outcomes = _batch(_processor(store, sender), 1, 2, 3)
-    assert outcomes[0] == outcomes[2] == processing.ACK and isinstance(outcomes[1], processing.Hop)
+    settled = _batch(_processor(store, sender), 1, 2, 3)
+    assert settled[0] == settled[2] == outcomes.ACK and isinstance(settled[1], outcomes.Hop)
     assert [(r[0], r[1]) for r in store.records] == [(1, policy.DELIVERED), (2, policy.RETRYING),
                                                      (3, policy.DELIVERED)]
     delay = store.records[1][2]["delay"]
     assert isinstance(delay, float) and 0 < delay <= RETRY.retry_after_max
-    assert outcomes[1].headers[route.ATTEMPT_HEADER] == 2  # an attempt spent: it runs out
+    assert settled[1].headers[headers.ATTEMPT] == 2  # an attempt spent: it runs out
 
 
 def test_a_delivery_whose_outcome_cannot_be_decided_is_dead_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,8 +276,8 @@ def test_a_delivery_whose_outcome_cannot_be_decided_is_dead_alone(monkeypatch: p
 
     monkeypatch.setattr(policy, "decide", failing)
     store = FakeStore({1: _delivery(1), 2: _delivery(2)})
-    outcomes = _batch(_processor(store, FakeSender([policy.Answer(503), policy.Answer(204)])), 1, 2)
-    assert outcomes == [processing.DeadLetter("internal error: OverflowError", 1), processing.ACK]
+    settled = _batch(_processor(store, FakeSender([policy.Answer(503), policy.Answer(204)])), 1, 2)
+    assert settled == [outcomes.Dead("internal error: OverflowError", 1), outcomes.ACK]
     assert [(r[0], r[1], r[2]["error"]) for r in store.records] == [
         (1, policy.DEAD, "internal error: OverflowError"), (2, policy.DELIVERED, None)]
 
@@ -286,12 +287,12 @@ def test_tries_over_their_hosts_budget_wait_for_its_next_window_without_spending
                       | {4: _delivery(4, url="https://other.example.org/")}, host_hits={"hooks.example.com": 1})
     limits = processing.Limits("webhook", RETRY, rate=10.0, burst=1, hosts=budget.HostBudget(2, 60.0))
     processor = processing.Processor(store, FakeSender(), limits, clock=lambda: NOW, rand=random.Random(1))
-    admitted = processor.admit([(_body(i), {route.ATTEMPT_HEADER: 2}) for i in (1, 2, 3, 4)])
+    admitted = processor.admit([(_body(i), {headers.ATTEMPT: 2}) for i in (1, 2, 3, 4)])
     assert [type(a).__name__ for a in admitted] == ["Attempt", "Hop", "Hop", "Attempt"]
     for hop in admitted[1:3]:
-        assert isinstance(hop, processing.Hop) and hop.headers[route.REASON_HEADER] == "host over its budget"
-        assert hop.headers[route.ATTEMPT_HEADER] == 2  # no attempt spent
-        due = hop.headers[route.DUE_HEADER]
+        assert isinstance(hop, outcomes.Hop) and hop.headers[headers.REASON] == "host over its budget"
+        assert hop.headers[headers.ATTEMPT] == 2  # no attempt spent
+        due = hop.headers[headers.DUE]
         assert isinstance(due, int) and 30_000 <= due - NOW_MS <= 30_000 + budget.SPREAD * 60_000
     assert store.host_hits == {"hooks.example.com": 4, "other.example.org": 1} and store.records == []
 

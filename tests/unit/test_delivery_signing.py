@@ -1,4 +1,4 @@
-"""Standard Webhooks signing (services/delivery/signing.py), checked against the specification's reference library."""
+"""Standard Webhooks signing (services/core/signing.py), checked against the specification's reference library."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from services.delivery import signing
+from services.core import signing
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

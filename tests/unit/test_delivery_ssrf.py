@@ -1,4 +1,4 @@
-"""SSRF: which URLs and addresses the delivery worker and the webhook API refuse (services/delivery/ssrf.py)."""
+"""SSRF: which URLs and addresses the delivery worker and the webhook API refuse (services/core/ssrf.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.delivery import ssrf
+from services.core import ssrf
 
 OPEN = ssrf.Policy()
 LOCAL_TESTS = ssrf.Policy(ssrf.parse_networks("127.0.0.0/8"), allow_http=True)

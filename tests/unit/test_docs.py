@@ -99,11 +99,11 @@ def test_the_readme_layout_names_every_package_of_services() -> None:
 
 
 # Where walfeed's own code and docs name a ticket or a work session instead of saying what a thing is. Not scanned
-# yet: docs/settings.md and services/{worker,notifier,delivery}, rewritten in parallel (settings declared once, the
-# consumer runtime); they join the list when those land.
+# yet: docs/settings.md, rewritten in parallel (settings declared once); it joins the list when that lands.
 _RUN_LOG = re.compile(r"\b(?:[Ii]ssues? #?\d+|[Ss]essions? \d+|[Ss]top \d+)\b")
 _SCANNED = ["README.md", "docs", "bench", "testkit", "tests", "services/api", "services/cdc_relay", "services/cli",
-            "services/core", "services/embedding"]
+            "services/core", "services/embedding", "services/consumer", "services/worker", "services/notifier",
+            "services/delivery"]
 
 
 def test_no_issue_numbers_or_run_log_headings_in_code_or_docs() -> None:

@@ -27,7 +27,7 @@ def captured() -> Iterator[io.StringIO]:
 def _configure(captured: io.StringIO, fmt: str) -> logging.Logger:
     logs.configure("worker", "INFO", fmt)
     logging.getLogger().handlers[0].setStream(captured)  # type: ignore[attr-defined]
-    return logging.getLogger("services.worker.consumer")
+    return logging.getLogger("services.consumer.settler")
 
 
 def test_json_logs_are_one_object_per_line_with_the_event_and_trace_ids(captured: io.StringIO) -> None:
@@ -42,7 +42,7 @@ def test_json_logs_are_one_object_per_line_with_the_event_and_trace_ids(captured
     assert len(lines) == 2
     first, second = (orjson.loads(line) for line in lines)
     assert {k: first[k] for k in ("level", "process", "logger", "message", "event_id", "trace_id", "attempts")} == {
-        "level": "ERROR", "process": "worker", "logger": "services.worker.consumer", "message": "dead-lettered",
+        "level": "ERROR", "process": "worker", "logger": "services.consumer.settler", "message": "dead-lettered",
         "event_id": "e1", "trace_id": TRACE_ID, "attempts": 5}
     assert first["reason"] == 'bad "payload"\nline 2' and "nothing" not in first
     assert first["time"].endswith("Z")
@@ -54,7 +54,7 @@ def test_text_logs_carry_the_same_fields_as_key_value_pairs(captured: io.StringI
                                                                   "nothing": None})
     line = captured.getvalue().strip()
     assert line.endswith(f"handler failed event_id=e1 trace_id={TRACE_ID}")
-    assert " worker WARNING services.worker.consumer: " in line
+    assert " worker WARNING services.consumer.settler: " in line
 
 
 def test_the_log_format_setting_is_checked_and_named() -> None:

@@ -15,8 +15,8 @@ from services.cdc_relay.relay import READ_AHEAD, READ_BATCH, TICK, Relay
 from services.cdc_relay.routes import COPIES_MAX
 from services.cdc_relay.sessions import SESSION_SEQ_BITS, Token
 from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
-from services.cdc_relay.testing import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
 from services.core.events import DELIVERY_WEBHOOK, POST_CREATED
+from testkit.relay import InMemoryStream, ManualLoop, StreamOpener, StubPublisher, transaction
 
 WINDOW = 8
 

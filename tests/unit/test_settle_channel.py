@@ -1,13 +1,13 @@
 """A consumer's settle channel that answers only nacks for a while is replaced by a new one
-(services/core/settle_channel.py, docs/adr/0090): the decision and the swap, with a stand-in channel."""
+(services/consumer/settle_channel.py, docs/adr/0090): the decision and the swap, with a stand-in channel."""
 
 from __future__ import annotations
 
 import pika.exceptions
 import pytest
 
+from services.consumer.settle_channel import SettleChannel
 from services.core.nack_streak import NackStreak
-from services.core.settle_channel import SettleChannel
 
 
 class Channel:
@@ -43,7 +43,7 @@ class Connection:
         return self.channels[-1]
 
 
-def publish(settle: SettleChannel) -> str:
+def publish(settle: SettleChannel[Channel]) -> str:
     try:
         settle.basic_publish("settle", "q.retry", b"{}", None, mandatory=True)
     except pika.exceptions.NackError:

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core import acks
+from services.consumer import acks, outbox, outbox_db
+from services.consumer.outcomes import Dead, Retry
+from services.consumer.retry import RetryPolicy
 from services.core import events as ev
-from services.worker import decide, fanout
-from services.worker.policy import Dead, Retry, RetryPolicy
+from services.worker import decide
 
 
 def post_created(post_id: int = 1, author_id: int = 2) -> ev.Event:
@@ -25,16 +26,16 @@ def follow(event_type: str, follower: int, followee: int) -> ev.Event:
 
 def test_an_event_is_real_only_if_its_outbox_row_says_the_same() -> None:
     event = post_created()
-    assert decide.check(event, decide.Known(event.type, {"post_id": 1, "author_id": 2}, False)) is None
-    assert decide.check(event, decide.Known(event.type, {"post_id": 1, "author_id": 2, "extra": 9}, True)) is None
-    assert isinstance(decide.check(event, None), decide.NotVisibleYet)
-    assert isinstance(decide.check(event, decide.Known(None, None, False)), decide.NotVisibleYet)
-    forged = [decide.Known(ev.POST_DELETED, {"post_id": 1, "author_id": 2}, False),
-              decide.Known(event.type, {"post_id": 1, "author_id": 3}, False),
-              decide.Known(event.type, {"post_id": 1}, False)]
+    assert outbox.check(event, outbox.Known(event.type, {"post_id": 1, "author_id": 2}, False)) is None
+    assert outbox.check(event, outbox.Known(event.type, {"post_id": 1, "author_id": 2, "extra": 9}, True)) is None
+    assert isinstance(outbox.check(event, None), outbox.NotVisibleYet)
+    assert isinstance(outbox.check(event, outbox.Known(None, None, False)), outbox.NotVisibleYet)
+    forged = [outbox.Known(ev.POST_DELETED, {"post_id": 1, "author_id": 2}, False),
+              outbox.Known(event.type, {"post_id": 1, "author_id": 3}, False),
+              outbox.Known(event.type, {"post_id": 1}, False)]
     for known in forged:
-        failure = decide.check(event, known)
-        assert isinstance(failure, decide.Forged) and str(failure).startswith("not in outbox")
+        failure = outbox.check(event, known)
+        assert isinstance(failure, outbox.Forged) and str(failure).startswith("not in outbox")
 
 
 def test_locks_are_sorted_and_exclusive_wins_over_shared() -> None:
@@ -64,9 +65,9 @@ def test_post_action(row: decide.PostRow, push: bool | None, action: str) -> Non
 
 
 def test_a_missing_post_or_another_author_is_inconsistent_data() -> None:
-    with pytest.raises(decide.PostMissing, match="does not exist"):
+    with pytest.raises(outbox.PostMissing, match="does not exist"):
         decide.post_action(post_created(), None, True, 10)
-    with pytest.raises(decide.PostMissing, match="has author 3"):
+    with pytest.raises(outbox.PostMissing, match="has author 3"):
         decide.post_action(post_created(), decide.PostRow(3, False, None, 1), True, 10)
 
 
@@ -91,12 +92,12 @@ def test_ack_frames_use_one_multiple_ack_for_a_done_prefix() -> None:
 def test_poison_is_dead_at_once_and_an_expected_failure_keeps_to_its_own_budget() -> None:
     retry = RetryPolicy(max_attempts=8, base=0.1, cap=1.0)
     event = post_created()
-    assert retry.after_error(1, decide.Forged(event)) == Dead(str(decide.Forged(event)), 1)
-    assert isinstance(retry.after_error(decide.NOT_IN_OUTBOX_ATTEMPTS - 1, decide.NotVisibleYet(event)), Retry)
-    outcome = retry.after_error(decide.NOT_IN_OUTBOX_ATTEMPTS, decide.NotVisibleYet(event))
+    assert retry.after_error(1, outbox.Forged(event)) == Dead(str(outbox.Forged(event)), 1)
+    assert isinstance(retry.after_error(outbox.NOT_IN_OUTBOX_ATTEMPTS - 1, outbox.NotVisibleYet(event)), Retry)
+    outcome = retry.after_error(outbox.NOT_IN_OUTBOX_ATTEMPTS, outbox.NotVisibleYet(event))
     assert isinstance(outcome, Dead) and outcome.reason.startswith("attempts exhausted: NotVisibleYet: not in outbox")
     assert isinstance(retry.after_error(7, RuntimeError("x")), Retry)
-    assert isinstance(RetryPolicy(2, 0.1, 1.0).after_error(2, decide.NotVisibleYet(event)), Dead)
+    assert isinstance(RetryPolicy(2, 0.1, 1.0).after_error(2, outbox.NotVisibleYet(event)), Dead)
 
 
 @pytest.mark.parametrize(("error", "unavailable"), [
@@ -108,11 +109,11 @@ def test_poison_is_dead_at_once_and_an_expected_failure_keeps_to_its_own_budget(
     (psycopg.errors.QueryCanceled(), False),  # a statement timeout: the batch may hold its cause
 ])
 def test_which_database_failures_blame_no_message(error: psycopg.OperationalError, unavailable: bool) -> None:
-    assert fanout.unavailable(error) is unavailable
+    assert outbox_db.unavailable(error) is unavailable
 
 
 def test_events_are_told_apart_by_what_they_say_not_by_id() -> None:
     real = post_created()
     forged = ev.Event(real.id, ev.POST_DELETED, real.aggregate_type, real.aggregate_id, real.occurred_at,
                       real.payload)
-    assert decide.distinct([real, forged, real]) == [real, forged]
+    assert outbox.distinct([real, forged, real]) == [real, forged]

@@ -1,4 +1,4 @@
-"""The consumer's session without RabbitMQ or Postgres (services/worker/testing.py: a stub broker and connection,
+"""The consumer's session without RabbitMQ or Postgres (testkit/broker.py: a stub broker and connection,
 thread pools that run a task when told, effects in memory): batches take what is ready and never wait to fill,
 acks follow the commit, a failure stays with its message, stopping returns what is not started, and a large post
 holds up no small one."""
@@ -12,12 +12,16 @@ from collections.abc import Callable, Sequence
 import pika
 import pytest
 
+from services.consumer import batched, broker, headers
+from services.consumer.batched import Limits
+from services.consumer.messages import Message, Result
+from services.consumer.processor import Processor
+from services.consumer.retry import RetryPolicy
+from services.consumer.session import Session
 from services.core import events as ev
 from services.core.topology import Topology
-from services.worker import broker, policy
-from services.worker.consumer import Limits, Session
-from services.worker.processing import Message, Processor, Result
-from services.worker.testing import FakeEffects, ManualExecutor, StubBroker, StubChannel, StubConnection
+from testkit.broker import ManualExecutor, StubBroker, StubChannel, StubConnection
+from testkit.effects import FakeEffects
 
 TOPOLOGY = Topology("t")
 
@@ -58,8 +62,8 @@ class Worker:
         self.stopping = threading.Event()
         self.batches, self.large = ManualExecutor(), ManualExecutor()
         self.effects = FakeEffects(should_stop=self.stopping.is_set)
-        self.processor = Recording(Processor(self.effects.apply, self.effects.fan_out_large,
-                                             policy.RetryPolicy(max_attempts, 0.1, 1.0)))
+        self.processor = Recording(Processor(self.effects.apply, RetryPolicy(max_attempts, 0.1, 1.0),
+                                             large=self.effects.fan_out_large))
         self.limits = Limits(batch_size, batches, prefetch, park_ms=5000, dead_max_length=dead_max_length)
         broker.declare(StubConnection(self.broker).channel(), TOPOLOGY.fanout, dead_max_length)
         self.conn = StubConnection(self.broker)
@@ -89,7 +93,8 @@ class Worker:
                 steps.popleft()()
 
         self.conn = StubConnection(self.broker, [self.batches, self.large], on_idle)
-        return Session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits, self.stopping)
+        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.limits, self.stopping,
+                               large=self.large)
 
     def run(self, then: Sequence[Callable[[], None]] = ()) -> StubChannel:
         self.session(then).run()
@@ -162,14 +167,14 @@ def test_a_failing_batch_is_applied_again_one_at_a_time_and_only_its_poison_retr
     assert w.effects.commits == [[first.id], [good.id], [other.id]]  # the batch of three failed, then one by one
     assert channel.acks == [(1, True), (4, True)]  # the retry copy is published (confirmed) before the ack
     retry, = w.broker.queues[TOPOLOGY.retry_queue].messages
-    assert retry.body == ev.encode(bad) and retry.props.headers[policy.ATTEMPT_HEADER] == 2
+    assert retry.body == ev.encode(bad) and retry.props.headers[headers.ATTEMPT] == 2
     while w.broker.expire(TOPOLOGY.retry_queue):  # the retry delay passes: back to the fan-out queue
         w.run()
     letter, = w.broker.queues[TOPOLOGY.dead_queue].messages
     assert letter.body == ev.encode(bad)
-    assert letter.props.headers[policy.ATTEMPTS_HEADER] == 3
+    assert letter.props.headers[headers.ATTEMPTS] == 3
     reason = f"attempts exhausted: ValueError: bigint out of range: {bad.id}"
-    assert letter.props.headers[policy.REASON_HEADER] == reason
+    assert letter.props.headers[headers.REASON] == reason
     assert "x-death" not in letter.props.headers  # the retry queue's history stays out of the letter
     assert w.queued(TOPOLOGY.fanout_queue) == [] and w.queued(TOPOLOGY.retry_queue) == []
 
@@ -219,7 +224,7 @@ def test_a_full_dead_queue_refuses_the_letter_and_the_worker_parks_it_in_the_ret
     assert len(w.queued(TOPOLOGY.dead_queue)) == 1  # the first letter; the queue is then full
     parked, = w.broker.queues[TOPOLOGY.retry_queue].messages
     assert parked.body == b"[]" and parked.props.expiration == "5000"
-    assert parked.props.headers[policy.REASON_HEADER].startswith("dead queue full: malformed")
+    assert parked.props.headers[headers.REASON].startswith("dead queue full: malformed")
     assert channel.unacked == {} and channel.nacks == []  # both settled, neither lost
 
 
@@ -241,7 +246,8 @@ def test_a_lost_connection_leaves_the_batch_to_the_broker_which_delivers_it_agai
 def test_declaring_over_a_queue_with_other_arguments_fails_as_rabbitmq_does() -> None:
     w = Worker(dead_max_length=10)
     other = Limits(10, 1, 100, dead_max_length=20)
-    session = Session(StubConnection(w.broker), TOPOLOGY.fanout, w.processor, w.batches, w.large, other, w.stopping)
+    session = batched.session(StubConnection(w.broker), TOPOLOGY.fanout, w.processor, w.batches, other, w.stopping,
+                              large=w.large)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failure:
         session.run()
     assert failure.value.reply_code == 406
@@ -271,11 +277,11 @@ def test_a_failing_event_of_a_group_retries_alone_and_the_group_is_acked() -> No
     retry, = w.broker.queues[TOPOLOGY.retry_queue].messages
     assert retry.body == ev.encode(bad)  # the event alone, as a message of its own
     assert (retry.props.message_id, retry.props.content_type) == (str(bad.id), ev.CONTENT_TYPE)
-    assert retry.props.headers[policy.ATTEMPT_HEADER] == 2
+    assert retry.props.headers[headers.ATTEMPT] == 2
     while w.broker.expire(TOPOLOGY.retry_queue):
         w.run()
     letter, = w.broker.queues[TOPOLOGY.dead_queue].messages
-    assert letter.body == ev.encode(bad) and letter.props.headers[policy.ATTEMPTS_HEADER] == 3
+    assert letter.body == ev.encode(bad) and letter.props.headers[headers.ATTEMPTS] == 3
     assert w.effects.commits == [[good.id], [other.id]]  # the good events were not applied again
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pika
 import pytest
 
+from services.consumer import messages
 from services.core import events as ev
-from services.worker import broker
 
 
 def post(post_id: int) -> ev.Event:
@@ -35,8 +35,8 @@ def test_each_event_gets_its_own_trace_context_and_the_groups_other_headers() ->
     events = [post(1), post(2), post(3)]
     headers = {ev.TRACEPARENTS_HEADER: ["00-" + "a" * 32 + "-" + "b" * 16 + "-01", "", "00-" + "c" * 32 + "-"
                                         + "d" * 16 + "-01"], "x-walfeed-attempt": 2}
-    messages = broker.split(ev.encode_group([ev.encode(e) for e in events]), headers)
-    assert [m.headers for m in messages] == [
+    split = messages.split(ev.encode_group([ev.encode(e) for e in events]), headers)
+    assert [m.headers for m in split] == [
         {"x-walfeed-attempt": 2, "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"},
         {"x-walfeed-attempt": 2},
         {"x-walfeed-attempt": 2, "traceparent": "00-" + "c" * 32 + "-" + "d" * 16 + "-01"}]
@@ -46,18 +46,18 @@ def test_each_event_gets_its_own_trace_context_and_the_groups_other_headers() ->
 def test_trace_contexts_that_are_not_one_per_event_are_left_out(contexts: object) -> None:
     body = ev.encode_group([ev.encode(post(1)), ev.encode(post(2))])
     headers = None if contexts is None else {ev.TRACEPARENTS_HEADER: contexts}
-    assert [m.headers for m in broker.split(body, headers)] == [None, None]
+    assert [m.headers for m in messages.split(body, headers)] == [None, None]
 
 
 def test_an_events_own_properties_carry_its_id_and_time_and_the_groups_type() -> None:
     event = post(1)
     group = pika.BasicProperties(message_id="first", type=ev.POST_CREATED, timestamp=1_700_000_000,
                                  content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2)
-    [message] = broker.split(ev.encode_group([ev.encode(event)]), {ev.TRACEPARENTS_HEADER: ["tp"]})
-    props = broker.part_properties(group, message)
+    [message] = messages.split(ev.encode_group([ev.encode(event)]), {ev.TRACEPARENTS_HEADER: ["tp"]})
+    props = messages.part_properties(group, message)
     assert (props.message_id, props.type, props.timestamp, props.content_type, props.delivery_mode) == (
         str(event.id), ev.POST_CREATED, ev.epoch_seconds(event.occurred_at), ev.CONTENT_TYPE, 2)
     assert props.headers == {"traceparent": "tp"}
-    [odd] = broker.split(b"[42]", None)
-    assert (broker.part_properties(group, odd).message_id, broker.part_properties(group, odd).timestamp) == (
+    [odd] = messages.split(b"[42]", None)
+    assert (messages.part_properties(group, odd).message_id, messages.part_properties(group, odd).timestamp) == (
         "first", 1_700_000_000)  # no id or time of its own: the group's

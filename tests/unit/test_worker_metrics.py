@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
+from services.consumer import metrics, outcomes
+from services.consumer.messages import Result
 from services.core import events as ev
-from services.worker import metrics, policy
-from services.worker.processing import Result
 
 
 def _value(name: str, **labels: str) -> float:
@@ -16,10 +16,10 @@ def _value(name: str, **labels: str) -> float:
 def test_a_batch_counts_each_message_once_by_type_and_outcome() -> None:
     kind = "metrics.test"  # a label value no other test uses: the registry is the process's
     event = ev.Event.new(ev.POST_CREATED, 1, {"post_id": 1, "author_id": 2})
-    results = [Result(policy.ACK, kind, "a", "pushed", 0.002, event),
-               Result(policy.ACK, kind, "b", "pushed", 0.002, event),
-               Result(policy.Retry(2, 10, "boom"), kind, "c", "failed", 0.002),
-               Result(policy.Dead("bad", 1), "malformed", None, "malformed", 0.002)]
+    results = [Result(outcomes.ACK, kind, "a", "pushed", 0.002, event),
+               Result(outcomes.ACK, kind, "b", "pushed", 0.002, event),
+               Result(outcomes.Retry(2, 10, "boom"), kind, "c", "failed", 0.002),
+               Result(outcomes.Dead("bad", 1), "malformed", None, "malformed", 0.002)]
     before = {"acks": _value("walfeed_worker_messages_total", type=kind, outcome="ack"),
               "retried": _value("walfeed_worker_messages_total", type=kind, outcome="retry"),
               "retries": _value("walfeed_worker_retries_total", type=kind),

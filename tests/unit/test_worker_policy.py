@@ -7,11 +7,13 @@ import uuid
 
 import pytest
 
+from services.consumer import headers, outcomes, processor
+from services.consumer.outcomes import Dead, Retry
+from services.consumer.retry import RetryPolicy
 from services.core import events as ev
 from services.core.settings import SettingsError
 from services.worker import policy
 from services.worker.config import WorkerSettings
-from services.worker.policy import Dead, Retry, RetryPolicy
 
 
 def test_failure_before_the_last_attempt_retries_with_the_next_attempt_number_and_bounded_delay() -> None:
@@ -36,17 +38,17 @@ def test_the_last_attempt_goes_to_the_dead_queue_with_the_count() -> None:
     assert isinstance(RetryPolicy(1, 0.1, 1.0).after_error(1, RuntimeError("boom")), Dead)
 
 
-@pytest.mark.parametrize(("headers", "attempt"), [
-    (None, 1), ({}, 1), ({policy.ATTEMPT_HEADER: 3}, 3), ({policy.ATTEMPT_HEADER: "3"}, 1),
-    ({policy.ATTEMPT_HEADER: 0}, 1), ({policy.ATTEMPT_HEADER: True}, 1),
+@pytest.mark.parametrize(("given", "attempt"), [
+    (None, 1), ({}, 1), ({headers.ATTEMPT: 3}, 3), ({headers.ATTEMPT: "3"}, 1),
+    ({headers.ATTEMPT: 0}, 1), ({headers.ATTEMPT: True}, 1),
 ])
-def test_attempt_is_read_from_the_header_defensively(headers: dict[str, object] | None, attempt: int) -> None:
-    assert policy.attempt_of(headers) == attempt
+def test_attempt_is_read_from_the_header_defensively(given: dict[str, object] | None, attempt: int) -> None:
+    assert headers.attempt_of(given) == attempt
 
 
 def test_a_valid_body_classifies_as_its_event() -> None:
     event = ev.Event.new(ev.POST_CREATED, 1, {"post_id": 1, "author_id": 2})
-    assert policy.classify(ev.encode(event), 1) == event
+    assert processor.classify(ev.encode(event), 1) == event
 
 
 @pytest.mark.parametrize(("body", "reason"), [
@@ -59,13 +61,13 @@ def test_a_valid_body_classifies_as_its_event() -> None:
      "malformed: delivery.webhook is not a fan-out event"),
 ])
 def test_unparseable_or_unknown_messages_are_dead_at_once(body: bytes, reason: str) -> None:
-    outcome = policy.classify(body, 2)
+    outcome = processor.classify(body, 2)
     assert isinstance(outcome, Dead) and outcome.reason.startswith(reason) and outcome.attempts == 2
 
 
 def test_a_republished_copy_drops_the_brokers_dead_letter_history() -> None:
-    headers = {"x-death": [{"queue": "q"}], "x-first-death-queue": "q", "custom": 1, policy.ATTEMPT_HEADER: 2}
-    assert policy.copy_headers(headers, **{policy.ATTEMPT_HEADER: 3}) == {"custom": 1, policy.ATTEMPT_HEADER: 3}
+    original = {"x-death": [{"queue": "q"}], "x-first-death-queue": "q", "custom": 1, headers.ATTEMPT: 2}
+    assert headers.copy_headers(original, **{headers.ATTEMPT: 3}) == {"custom": 1, headers.ATTEMPT: 3}
 
 
 def test_authors_below_the_threshold_are_pushed_at_or_above_pulled() -> None:
@@ -85,7 +87,7 @@ def test_floor_is_raised_only_when_older_posts_exist_than_backfilled() -> None:
 
 
 def test_reason_text_is_bounded() -> None:
-    assert len(policy.reason_text(ValueError("x" * 2000))) == 500
+    assert len(outcomes.reason_text(ValueError("x" * 2000))) == 500
 
 
 def test_worker_settings_defaults_and_errors_name_the_variable() -> None:

@@ -1,4 +1,4 @@
-"""The consumer's process spans (ADR 0072) on the stand-ins of services/worker/testing.py: one span per batch,
+"""The consumer's process spans (ADR 0072) on the stand-ins of testkit/broker.py: one span per batch,
 linked to each message's creation context with what became of the message, the child of that context when the
 batch holds one message, and nothing asked of OpenTelemetry when tracing is off."""
 
@@ -12,10 +12,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from services.consumer import batched
+from services.consumer.session import Session
 from services.core import events as ev
 from services.core import tracing
 from services.core.otel import OtelTracing
-from services.worker.consumer import Session
 from tests.unit.test_worker_consumer import TOPOLOGY, Worker, post
 
 
@@ -30,8 +31,8 @@ class TracedWorker(Worker):
 
     def session(self, then: Sequence[Callable[[], None]] = ()) -> Session:
         super().session(then)  # the stub connection, with its idle steps
-        return Session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.large, self.limits, self.stopping,
-                       self.traces)
+        return batched.session(self.conn, TOPOLOGY.fanout, self.processor, self.batches, self.limits, self.stopping,
+                               self.traces, large=self.large)
 
     def publish_traced(self, body: bytes, message_id: str, trace: str | None) -> None:
         props = pika.BasicProperties(message_id=message_id, type=ev.POST_CREATED, content_type="application/json",

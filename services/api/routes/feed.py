@@ -48,7 +48,7 @@ def home_page(asked: paging.Range, rows: list[store.Row], limit: int) -> Respons
 
 @router.get("/timeline", response_model=HomePage, tags=["timeline"],
             responses=BAD_CURSOR_OR_TOKEN)
-async def timeline(token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
+async def timeline(token: Token, request: Request, after: ReadAfter = None, limit: Limit = 20,
                    cursor: CursorParam = None) -> Response:
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates. `cursor`: a
     next_cursor (older posts) or prev_cursor (newer posts) of a previous page."""

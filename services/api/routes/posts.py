@@ -71,7 +71,7 @@ async def create_post(new: NewPost, token: Token, request: Request,
 
 
 @router.get("/posts/{post_id}", response_model=Post, tags=["posts"], responses={**NOT_FOUND, **BAD_TOKEN})
-async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter) -> Response:
+async def get_post(post_id: Id, token: Token, request: Request, after: ReadAfter = None) -> Response:
     row = await read(request, token, after, lambda db, _: store.get_post(db, post_id))
     if row is None:
         raise ApiError(404, f"no post {post_id}")
@@ -92,7 +92,7 @@ async def delete_post(post_id: Id, token: Token, request: Request) -> Response:
 
 @router.get("/users/{user_id}/posts", response_model=Page, tags=["posts"],
             responses={**NOT_FOUND, **BAD_CURSOR_OR_TOKEN})
-async def user_posts(user_id: Id, token: Token, request: Request, after: ReadAfter, limit: Limit = 20,
+async def user_posts(user_id: Id, token: Token, request: Request, after: ReadAfter = None, limit: Limit = 20,
                      cursor: CursorParam = None) -> Response:
     """One author's posts, newest first."""
     kind = f"user:{user_id}"

@@ -69,7 +69,7 @@ async def revoke_token(token: Token, request: Request) -> Response:
 
 
 @router.get("/users/me", response_model=Me, tags=["users"], responses={**AUTH, **BAD_TOKEN})
-async def get_me(token: Token, request: Request, after: ReadAfter) -> Me:
+async def get_me(token: Token, request: Request, after: ReadAfter = None) -> Me:
     """The caller's own account, with its notification mail settings."""
     return Me(**await read(request, token, after, store.get_me))
 
@@ -134,7 +134,7 @@ async def unsubscribe(token: UnsubscribeToken, request: Request) -> Unsubscribed
 
 
 @router.get("/users/{user_id}", response_model=User, tags=["users"], responses={**AUTH, **NOT_FOUND, **BAD_TOKEN})
-async def get_user(user_id: Id, token: Token, request: Request, after: ReadAfter) -> User:
+async def get_user(user_id: Id, token: Token, request: Request, after: ReadAfter = None) -> User:
     row = await read(request, token, after, lambda db, _: store.get_user(db, user_id))
     if row is None:
         raise ApiError(404, f"no user {user_id}")

@@ -40,7 +40,7 @@ from services.api.routes import (
     invalid,
 )
 from services.api.routes.posts import decode_cursor
-from services.delivery import signing, ssrf
+from services.core import signing, ssrf
 
 log = logging.getLogger(__name__)
 

@@ -72,7 +72,7 @@ def test_the_read_above_the_floor_reads_the_page_not_the_follow_list(loaded: Db,
     accounts followed."""
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], params, analyze=True)
-    for line in loaded.execute(SQL("EXPLAIN ") + sql.HOME_ABOVE_FLOOR[order], params).fetchall():
+    for line in loaded.execute(b"EXPLAIN " + sql.HOME_ABOVE_FLOOR[order], params).fetchall():
         print(line["QUERY PLAN"])  # shown with pytest -s: the plans of docs/adr/0096
     scans = _scans(root)
     assert not [s for s in scans if s[0] == "Seq Scan"], scans
@@ -88,7 +88,7 @@ def test_the_read_below_the_floor_descends_once_per_followed_account_then_reads_
         loaded: Db, order: str) -> None:
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     root = plans.explain(loaded, sql.HOME_BELOW_FLOOR[order], params, analyze=True)
-    for line in loaded.execute(SQL("EXPLAIN ") + sql.HOME_BELOW_FLOOR[order], params).fetchall():
+    for line in loaded.execute(b"EXPLAIN " + sql.HOME_BELOW_FLOOR[order], params).fetchall():
         print(line["QUERY PLAN"])
     scans = _scans(root)
     assert not [s for s in scans if s[0] == "Seq Scan"], scans
@@ -103,7 +103,7 @@ def test_the_generic_plans_the_api_runs_use_indexes_and_one_partition(loaded: Db
                                                                       order: str) -> None:
     """The api's connections run prepared statements' generic plans (services/api/db.py session_options): planned
     once without the values, the partitions of timelines pruned when the plan starts."""
-    text = getattr(sql, statement)[order].as_string(loaded)
+    text = getattr(sql, statement)[order].decode()
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
     positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from services.api import store
-from services.delivery import ssrf
+from services.core import ssrf
 from tests.integration.api.conftest import Account, SignUp
 
 pytestmark = pytest.mark.integration

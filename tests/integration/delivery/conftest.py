@@ -11,8 +11,8 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.core import signing
 from services.core.topology import Topology
-from services.delivery import signing
 from testkit.infra import Infra
 from testkit.processes import Process, Processes
 from tests.integration.delivery import receiver as receiver_mod

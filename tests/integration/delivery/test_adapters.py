@@ -19,10 +19,11 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 from psycopg_pool import ConnectionPool
 
 from services.core import events as ev
+from services.core import ssrf
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.delivery import broker, policy, processing, ssrf, webhook
-from services.delivery.consumer import Session
+from services.delivery import broker, policy, processing, webhook
+from services.delivery.main import session as delivery_session
 from services.delivery.payload import Delivery
 from services.delivery.store import Store
 from services.delivery.webhook import WebhookSender
@@ -232,7 +233,7 @@ def test_an_adapter_that_raises_goes_dead_and_the_next_message_is_delivered(
                                      processing.Limits("webhook", RETRY, rate=0.0, burst=1))
     stopping = threading.Event()
     conn = pika.BlockingConnection(pika.URLParameters(infra.amqp_url))
-    session = Session(conn, topology, "webhook", processor, _executor(), 2, 1000, stopping)
+    session = delivery_session(conn, topology, "webhook", processor, _executor(), 2, 1000, stopping)
     thread = threading.Thread(target=session.run)
     try:
         broker.declare(channel, topology, "webhook", 1000)  # as the session does: the events reach the queue

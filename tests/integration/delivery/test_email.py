@@ -19,9 +19,9 @@ import pytest
 from aiosmtpd.controller import Controller
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.consumer import headers
 from services.core import mailtokens
 from services.core.topology import Topology
-from services.delivery import route
 from testkit.processes import free_port
 from testkit.waiting import eventually
 from tests.integration.delivery import world
@@ -138,7 +138,7 @@ def test_smtp_4xx_is_retried_and_5xx_is_dead(
     row = _settled(db, dead, "DEAD")
     assert row["attempts"] == 1 and row["last_status_code"] == 550 and "no such mailbox" in row["response_excerpt"]
     (props, _), = eventually(lambda: dead_letters(channel, topology, "email"), what="dead letter")
-    assert props.headers[route.REASON_HEADER] == "SMTP 550"
+    assert props.headers[headers.REASON] == "SMTP 550"
 
 
 def test_a_dead_mail_replayed_by_walfeed_dead_is_sent_once_the_mailbox_accepts(

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.consumer import headers
+from services.core import ssrf
 from services.core.topology import Topology
-from services.delivery import route, ssrf
 from testkit.waiting import eventually
 from tests.integration.delivery import world
 from tests.integration.delivery.conftest import StartPipeline, dead_letters
@@ -74,7 +75,7 @@ def test_410_gone_disables_the_webhook_and_kills_the_delivery_at_once(
     webhook = world.webhook_row(db, hook)
     assert webhook["disabled_at"] is not None and "410" in webhook["disabled_reason"]
     (props, _), = eventually(lambda: dead_letters(channel, topology), what="dead letter")
-    assert props.headers[route.REASON_HEADER] == "HTTP 410"
+    assert props.headers[headers.REASON] == "HTTP 410"
     second = world.notify(db, owner, world.user(db, "actor2"), webhook_id=hook)
     assert "webhook disabled" in _settled(db, second, "DEAD")["last_error"]
     assert len(receiver.to("/gone")) == 1
@@ -88,7 +89,7 @@ def test_400_is_dead_at_once_with_its_reason_in_the_dead_queue(
     row = _settled(db, delivery_id, "DEAD")
     assert row["attempts"] == 1 and row["last_error"] == "HTTP 400" and row["response_excerpt"] == '{"ok": true}'
     (props, body), = eventually(lambda: dead_letters(channel, topology), what="dead letter")
-    assert props.headers[route.REASON_HEADER] == "HTTP 400" and props.headers[route.ATTEMPTS_HEADER] == 1
+    assert props.headers[headers.REASON] == "HTTP 400" and props.headers[headers.ATTEMPTS] == 1
     assert str(delivery_id).encode() in body
     webhook = world.webhook_row(db, hook)
     assert webhook["disabled_at"] is None and webhook["failing_since"] is not None  # a run of failures began
@@ -116,7 +117,7 @@ def test_an_address_not_allowed_is_refused_at_delivery(
     row = _settled(db, delivery_id, "DEAD")
     assert row["last_error"] == ssrf.NOT_PUBLIC and row["last_status_code"] is None  # no address for the owner
     (props, _), = eventually(lambda: dead_letters(channel, topology), what="dead letter")
-    assert props.headers[route.REASON_HEADER] == ssrf.NOT_PUBLIC
+    assert props.headers[headers.REASON] == ssrf.NOT_PUBLIC
     assert "127.0.0.2 is a loopback address" in worker.log()  # the detail is the operator's
     assert receiver.requests == []
 

@@ -11,9 +11,9 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.consumer import broker
 from services.core.amqp import declare_delivery_queues
 from services.core.topology import Topology
-from services.worker import broker
 from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration

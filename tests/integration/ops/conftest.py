@@ -14,8 +14,8 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from services.consumer import broker
 from services.core.topology import Topology
-from services.worker import broker
 from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration

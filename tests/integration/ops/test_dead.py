@@ -1,4 +1,4 @@
-"""`walfeed dead` against the real broker: letters written as the worker writes them (services/worker/broker.py),
+"""`walfeed dead` against the real broker: letters written as the worker writes them (services/consumer/settler.py),
 read without being consumed, replayed through the settle exchange after confirms, purged, exported."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from services.consumer import broker, headers, outcomes
+from services.consumer.settler import Settler
 from services.core.events import Event, encode
 from services.core.topology import Topology
-from services.worker import broker, policy
 from testkit.waiting import eventually
 from tests.integration.ops.conftest import Walfeed, command, depth, drain
 
@@ -30,8 +31,9 @@ def _letter(channel: BlockingChannel, topology: Topology, event_type: str, reaso
     event = Event(uuid.uuid4(), event_type, event_type.split(".")[0], "1", datetime(2026, 1, 1, tzinfo=UTC), payload)
     props = pika.BasicProperties(message_id=str(event.id), type=event_type, content_type="application/json",
                                  timestamp=1767225600, delivery_mode=2,
-                                 headers={policy.ATTEMPT_HEADER: attempts})
-    broker.publish_outcome(channel, topology.fanout, policy.Dead(reason, attempts), encode(event), props)
+                                 headers={headers.ATTEMPT: attempts})
+    dead = outcomes.Dead(reason, attempts)
+    assert Settler(channel, broker.EventQueues(topology.fanout), park_ms=0).publish(dead, encode(event), props, {})
     return str(event.id)
 
 

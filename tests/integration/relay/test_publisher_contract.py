@@ -19,9 +19,9 @@ from services.cdc_relay.messages import Outgoing
 from services.cdc_relay.publisher import Publisher
 from services.cdc_relay.relay import EventPublisher
 from services.cdc_relay.sessions import Token, seqs
-from services.cdc_relay.testing import StubPublisher
 from services.core.topology import Topology
 from testkit.infra import Infra
+from testkit.relay import StubPublisher
 from testkit.waiting import eventually
 
 pytestmark = pytest.mark.integration

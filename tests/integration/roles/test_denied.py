@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 from services.cli.roles import RoleSettings
+from services.consumer import broker
 from services.core import retention_sql, slots
 from services.core.amqp import declare_delivery_queues
 from services.core.topology import Topology
-from services.worker import broker
 from testkit.infra import Infra
 from tests.integration.roles.conftest import RoleEnv
 

@@ -14,10 +14,11 @@ import pika
 import psycopg
 import pytest
 
+from services.consumer import broker, outcomes
+from services.consumer.settler import Settler
 from services.core.events import Event, encode
 from services.core.topology import Topology
 from services.delivery import broker as delivery_broker
-from services.worker import broker, policy
 from testkit.infra import Infra
 from tests.integration.roles.conftest import RoleEnv
 
@@ -38,7 +39,8 @@ def test_dead_letters_are_replayed_with_the_workers_broker_user_and_pruned_with_
         channel.confirm_delivery()
         event = Event(uuid.uuid4(), "post.created", "post", "1", datetime.now(UTC), {"post_id": 1, "author_id": 2})
         props = pika.BasicProperties(message_id=str(event.id), type=event.type, delivery_mode=2)
-        broker.publish_outcome(channel, topology.fanout, policy.Dead("malformed: test", 1), encode(event), props)
+        dead = outcomes.Dead("malformed: test", 1)
+        assert Settler(channel, broker.EventQueues(topology.fanout), park_ms=0).publish(dead, encode(event), props, {})
 
         worker = role_env("worker")
         listed = _walfeed(worker, "dead", "ls")
@@ -74,7 +76,8 @@ def test_a_dead_delivery_is_replayed_with_the_delivery_workers_role_and_broker_u
         channel.confirm_delivery()
         event = Event.new("delivery.email", delivery_id, {"delivery_id": delivery_id})
         props = pika.BasicProperties(message_id=str(event.id), type=event.type, delivery_mode=2)
-        delivery_broker.publish_dead(channel, topology, "email", "SMTP 550", 4, encode(event), props)
+        email = delivery_broker.DeliveryQueues(topology, "email", 100)
+        assert Settler(channel, email, park_ms=0).publish(outcomes.Dead("SMTP 550", 4), encode(event), props, {})
 
         replayed = _walfeed(role_env("delivery"), "dead", "replay", "--queue", "deliveries.email.dead")
         assert replayed.returncode == 0 and "1 of 1 replayed" in replayed.stderr, replayed.stderr
@@ -96,8 +99,9 @@ def test_a_dead_queue_another_broker_user_declared_is_reported_as_not_readable(
         delivery_broker.declare(channel, topology, "webhook", 100)
         channel.confirm_delivery()
         event = Event.new("delivery.webhook", 1, {"delivery_id": 1})
-        delivery_broker.publish_dead(channel, topology, "webhook", "HTTP 400", 1, encode(event),
-                                     pika.BasicProperties(message_id=str(event.id), type=event.type))
+        props = pika.BasicProperties(message_id=str(event.id), type=event.type)
+        webhook = delivery_broker.DeliveryQueues(topology, "webhook", 100)
+        assert Settler(channel, webhook, park_ms=0).publish(outcomes.Dead("HTTP 400", 1), encode(event), props, {})
     finally:
         conn.close()
     worker = role_env("worker")

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from services.cli.roles import RoleSettings
+from services.core import signing
 from services.core.topology import Topology
-from services.delivery import signing
 from testkit.infra import Infra
 from testkit.processes import Processes, free_port
 from testkit.resources import declare_observer

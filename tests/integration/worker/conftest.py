@@ -9,8 +9,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from services.consumer import broker
 from services.core.topology import Topology
-from services.worker import broker
 from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration

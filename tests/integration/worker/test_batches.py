@@ -14,12 +14,14 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 from psycopg_pool import ConnectionPool
 
+from services.consumer import broker, headers, outcomes
+from services.consumer.messages import Message
+from services.consumer.processor import Processor
+from services.consumer.retry import RetryPolicy
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.worker import broker, policy
 from services.worker.fanout import Effects
-from services.worker.processing import Message, Processor
 from testkit.processes import Processes
 from testkit.waiting import eventually
 from tests.integration.worker import world
@@ -70,11 +72,11 @@ def test_one_batch_of_mixed_events_and_a_poison_converges_and_fails_the_poison_a
     pool.open()
     try:
         effects = Effects(pool, 10_000)
-        processor = Processor(effects.apply, effects.fan_out_large, policy.RetryPolicy(3, 0.05, 0.1))
+        processor = Processor(effects.apply, RetryPolicy(3, 0.05, 0.1), large=effects.fan_out_large)
         results = processor.batch([Message(ev.encode(e), None) for e in batch])
     finally:
         pool.close()
-    failed = {r.event_id for r in results if not isinstance(r.outcome, policy.Ack)}
+    failed = {r.event_id for r in results if not isinstance(r.outcome, outcomes.Ack)}
     assert failed == {str(e.id) for e in batch if e.payload.get("author_id") == 2**63}
     assert world.problems(db) == []
 
@@ -113,7 +115,7 @@ def test_a_full_dead_queue_refuses_letters_and_the_worker_parks_them_instead_of_
 
     eventually(both_dead, timeout=30, what="the parked letter dead-lettered once there is room")
     assert sorted(body for _, body in letters) == bodies
-    assert all(str(p.headers[policy.REASON_HEADER]).startswith("malformed") for p, _ in letters)
+    assert all(str(p.headers[headers.REASON]).startswith("malformed") for p, _ in letters)
 
 
 @pytest.mark.e2e
@@ -179,7 +181,7 @@ def test_shuffled_duplicated_batches_converge_and_only_poison_and_forgeries_are_
         assert (props.message_id, props.type, props.content_type) == (str(event.id), event.type, ev.CONTENT_TYPE)
         assert props.headers["traceparent"] == traced[event.id]
         assert ev.TRACEPARENTS_HEADER not in props.headers
-    poisoned, forged_delete, mismatched = (str(by_body[ev.encode(e)].headers[policy.REASON_HEADER]) for e in bad)
+    poisoned, forged_delete, mismatched = (str(by_body[ev.encode(e)].headers[headers.REASON]) for e in bad)
     assert poisoned.startswith("attempts exhausted: NumericValueOutOfRange")
     assert forged_delete.startswith("attempts exhausted: NotVisibleYet: not in outbox")
     assert mismatched.startswith("not in outbox: post.deleted")
@@ -222,4 +224,4 @@ def test_a_malformed_group_is_dead_lettered_whole_with_the_reason(
     eventually(dead, what="a dead letter")
     [(props, body)] = letters
     assert body == b'{"not": "an array"}' and props.content_type == ev.GROUP_CONTENT_TYPE
-    assert props.headers[policy.REASON_HEADER] == "malformed: a group's body must be a non-empty JSON array"
+    assert props.headers[headers.REASON] == "malformed: a group's body must be a non-empty JSON array"

@@ -1,5 +1,5 @@
 """What the worker's session relies on from RabbitMQ, checked against both: a real broker through pika's
-BlockingConnection, and the unit tests' stand-in (services/worker/testing.py's StubConnection on a StubBroker), so
+BlockingConnection, and the unit tests' stand-in (testkit/broker.py's StubConnection on a StubBroker), so
 the stand-in cannot drift from the real thing.
 
 Topic routing and mandatory returns, prefetch, a requeued message back in its place and marked redelivered, a
@@ -17,10 +17,10 @@ import pika
 import pika.exceptions
 import pytest
 
+from services.consumer import broker
 from services.core import queues
 from services.core.topology import Topology
-from services.worker import broker
-from services.worker.testing import StubBroker, StubConnection
+from testkit.broker import StubBroker, StubConnection
 from testkit.infra import Infra
 
 pytestmark = pytest.mark.integration

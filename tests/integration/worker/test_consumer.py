@@ -16,13 +16,15 @@ import psycopg
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.consumer import batched, headers
+from services.consumer.batched import Limits
+from services.consumer.messages import Message, Result
+from services.consumer.processor import Processor
+from services.consumer.retry import RetryPolicy
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.topology import Topology
-from services.worker import policy
-from services.worker.consumer import Limits, Session
 from services.worker.fanout import Effects
-from services.worker.processing import Message, Processor, Result
 from testkit.infra import Infra
 from testkit.waiting import eventually
 from tests.integration.worker import world
@@ -70,7 +72,7 @@ class Recorded:
         if self._slow is not None:
             self._slow.wait(6)  # a batch busy for several heartbeat intervals
         results = self._processor.batch(messages)
-        self._handler.attempts.extend((r.event_id or "", policy.attempt_of(m.headers))
+        self._handler.attempts.extend((r.event_id or "", headers.attempt_of(m.headers))
                                       for m, r in zip(messages, results, strict=True))
         return results
 
@@ -86,7 +88,7 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     pool.open()
     effects = Effects(pool, 10_000, **effects_kw)
     handler = FlakyHandler(effects, failures)
-    processor = Processor(handler, effects.fan_out_large, policy.RetryPolicy(max_attempts=4, base=0.05, cap=0.1))
+    processor = Processor(handler, RetryPolicy(max_attempts=4, base=0.05, cap=0.1), large=effects.fan_out_large)
 
     stopping = threading.Event()
     params = pika.URLParameters(infra.amqp_url)
@@ -95,8 +97,8 @@ def running_consumer(infra: Infra, database_url: str, topology: Topology, failur
     with ThreadPoolExecutor(2) as batches, ThreadPoolExecutor(1) as large:
         recorded = Recorded(processor, handler, slow)
         recorded.crashes = crashes
-        session = Session(conn, topology.fanout, recorded, batches, large,
-                          Limits(batch_size=10, batches=2, prefetch=20), stopping)
+        session = batched.session(conn, topology.fanout, recorded, batches,
+                                  Limits(batch_size=10, batches=2, prefetch=20), stopping, large=large)
         thread = threading.Thread(target=session.run)
         thread.start()
         try:
@@ -139,9 +141,9 @@ def test_a_handler_that_always_raises_is_dead_lettered_and_others_proceed(
         eventually(lambda: {str(e.id) for e in behind} <= set(handler.applied), what="others applied")
     (props, body), = letters
     assert props.message_id == str(broken.id) and body == ev.encode(broken)
-    assert props.headers[policy.ATTEMPTS_HEADER] == 4
-    assert props.headers[policy.REASON_HEADER] == f"attempts exhausted: RuntimeError: injected failure for {broken.id}"
-    assert abs(props.headers[policy.DEAD_AT_HEADER] - time.time()) < 120  # `walfeed dead` ages count from it
+    assert props.headers[headers.ATTEMPTS] == 4
+    assert props.headers[headers.REASON] == f"attempts exhausted: RuntimeError: injected failure for {broken.id}"
+    assert abs(props.headers[headers.DEAD_AT] - time.time()) < 120  # `walfeed dead` ages count from it
     assert "x-death" not in props.headers
 
 

@@ -11,10 +11,11 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+from services.consumer import outbox
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.feed import BACKFILL_LIMIT
-from services.worker import decide, fanout
+from services.worker import fanout
 from services.worker.fanout import Effects
 from testkit.waiting import eventually
 from tests.integration.worker import world
@@ -156,7 +157,7 @@ def test_a_follow_event_ahead_of_its_transaction_is_retried_not_dropped(
     with psycopg.connect(database_url) as writer:  # the api's transaction, written but not yet visible
         writer.execute("INSERT INTO follows (follower_id, followee_id) VALUES (%s, %s)", (fan, author))
         world.insert_outbox(writer, event)
-        with pytest.raises(decide.NotVisibleYet):
+        with pytest.raises(outbox.NotVisibleYet):
             effects(pool).handle(event)
         writer.commit()
     assert effects(pool).handle(event) == "backfilled"  # the retry, once visible

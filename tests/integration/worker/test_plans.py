@@ -13,10 +13,10 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.sql import SQL
 
-from services.core.db import make_pool
+from services.consumer import outbox_db
+from services.core.db import PLAN_EACH_BATCH, make_pool
 from services.worker import sql as q
 from services.worker.fanout import CONSUMER
-from services.worker.main import PLAN_EACH_BATCH
 from testkit import plans
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ def test_batch_statements_probe_by_key(loaded: Db) -> None:
     events = [r["id"] for r in loaded.execute("SELECT id FROM outbox LIMIT %s", (BATCH,))] + [uuid.uuid4()]
     users = list(range(101, 101 + BATCH))
     statements: dict[str, tuple[SQL, dict[str, Any]]] = {
-        "KNOWN_EVENTS": (q.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": events}),
+        "KNOWN_EVENTS": (outbox_db.KNOWN_EVENTS, {"consumer": CONSUMER, "ids": events}),
         "POSTS_FOR_FANOUT": (q.POSTS_FOR_FANOUT, {"post_ids": posts}),
         "RECORD_DECISIONS": (q.RECORD_DECISIONS, {"post_ids": posts, "push": [True] * len(posts)}),
         "READ_DECISIONS": (q.READ_DECISIONS, {"post_ids": posts}),

@@ -12,9 +12,9 @@ import pika.exceptions
 import psycopg
 import pytest
 
+from services.consumer import broker
 from services.core import events as ev
 from services.core.topology import Topology
-from services.worker import broker
 from testkit.infra import Infra
 from testkit.processes import Processes
 from testkit.waiting import eventually

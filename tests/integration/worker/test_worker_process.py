@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from services.consumer import headers
 from services.core import events as ev
 from services.core.topology import Topology
-from services.worker import policy
 from testkit.processes import Process, Processes
 from testkit.waiting import eventually
 from tests.integration.worker import world
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 def _consuming(proc: Process) -> bool:
     """Every start of `proc` reached its consumer (its signal handlers are set by then)."""
     log = proc.log()
-    return log.count("consumer: consuming") >= log.count("--- start")
+    return log.count("session: consuming") >= log.count("--- start")
 
 
 def _settle_and_stop(processes: Processes, channel: Channel, topology: Topology, timeout: float = 120) -> None:
@@ -140,14 +140,14 @@ def test_poison_messages_reach_the_dead_queue_with_reasons_and_do_not_block_othe
         return len(letters) >= 3
 
     eventually(three_dead, timeout=60, what="three dead letters")
-    reasons = {str(p.headers[policy.REASON_HEADER]).split(":")[0]: p.headers for p, _ in letters}
+    reasons = {str(p.headers[headers.REASON]).split(":")[0]: p.headers for p, _ in letters}
     assert set(reasons) == {"malformed", "attempts exhausted"}, reasons
-    by_reason = sorted(str(p.headers[policy.REASON_HEADER]) for p, _ in letters)
+    by_reason = sorted(str(p.headers[headers.REASON]) for p, _ in letters)
     assert by_reason[0] == "attempts exhausted: PostMissing: post 999999 does not exist"
     assert by_reason[1].startswith("malformed: body is not JSON")
     assert by_reason[2] == "malformed: unknown event type 'post.exploded'"
-    exhausted = next(p for p, _ in letters if "attempts exhausted" in str(p.headers[policy.REASON_HEADER]))
-    assert exhausted.headers[policy.ATTEMPTS_HEADER] == 3 and exhausted.message_id == str(missing.id)
+    exhausted = next(p for p, _ in letters if "attempts exhausted" in str(p.headers[headers.REASON]))
+    assert exhausted.headers[headers.ATTEMPTS] == 3 and exhausted.message_id == str(missing.id)
     eventually(lambda: world.problems(db) == [], what="events behind the poison applied")
     assert world.definition(db, fan) == [behind[1].payload["post_id"]]
     _settle_and_stop(processes, channel, topology)

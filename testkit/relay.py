@@ -1,7 +1,8 @@
 """In-memory stand-ins for the relay's adapters, for unit tests: what procrastinate's InMemoryConnector and
 dramatiq's StubBroker are to theirs. `ManualLoop` is the part of pika's IOLoop the relay uses, on a virtual clock;
 `InMemoryStream` is a replication session the test feeds with wal2json messages; `StubPublisher` holds what the
-relay submits until the test confirms it. Hand them to `relay.Relay` as main.bootstrap hands it the real ones.
+relay submits until the test confirms it. Hand them to `relay.Relay` as main.bootstrap hands it the real ones
+(InMemoryStream is a relay.Stream, StubPublisher a relay.EventPublisher).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 import pika
 import pika.exceptions
@@ -35,17 +35,36 @@ class Publishes(Protocol):
                       properties: pika.BasicProperties | None = None, mandatory: bool = False) -> None: ...
 
 
-class SettleChannel:
-    def __init__(self, connection: Any, streak: NackStreak | None = None,
+class Confirming(Publishes, Protocol):
+    """What a settle channel needs of the channels it opens (pika's BlockingChannel, services/consumer/connection.py
+    Channel)."""
+
+    def confirm_delivery(self) -> object: ...
+
+    def close(self) -> object: ...
+
+
+C = TypeVar("C", bound=Confirming)
+C_co = TypeVar("C_co", bound=Confirming, covariant=True)
+
+
+class Opens(Protocol[C_co]):
+    """What a settle channel needs of its connection."""
+
+    def channel(self) -> C_co: ...
+
+
+class SettleChannel(Generic[C]):
+    def __init__(self, connection: Opens[C], streak: NackStreak | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._conn = connection  # pika's BlockingConnection, or the worker's StubConnection in unit tests
+        self._conn = connection
         self._streak = streak or NackStreak()
         self._clock = clock
         self._channel = self._open()
         self.reopened = 0
 
     @property
-    def channel(self) -> Any:
+    def channel(self) -> C:
         """The channel publishes go to now."""
         return self._channel
 
@@ -62,7 +81,7 @@ class SettleChannel:
             raise
         self._streak.acked()
 
-    def _open(self) -> Any:
+    def _open(self) -> C:
         channel = self._conn.channel()
         channel.confirm_delivery()
         return channel

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the worker. Best effort: nothing here may fail a message."""
+"""Prometheus metrics of the consumers of the events exchange (the fan-out worker and the notifier, each on its own
+port; the names say "worker" as they did before there were several). Best effort: nothing here may fail a message."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from services.worker import policy
-from services.worker.processing import Result
+from services.consumer import outcomes
+from services.consumer.messages import Result
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ BATCH_SIZE = Histogram("walfeed_worker_batch_messages",
 
 def observe(results: Iterable[Result]) -> None:
     """The settled messages of one batch. Counters go up once per label set and batch, and each label set is looked
-    up once per batch: per message, they cost the worker's connection thread about 20 us a message (issue 12)."""
+    up once per batch: per message, they cost the worker's connection thread about 20 us a message."""
     try:
         settled: Tally[tuple[str, str]] = Tally()
         latency: dict[str, Any] = {}
@@ -44,7 +45,7 @@ def observe(results: Iterable[Result]) -> None:
             outcome, kind = result.outcome, result.event_type
             settled[kind, type(outcome).__name__.lower()] += 1
             _child(latency, LATENCY, kind).observe(result.seconds)
-            if isinstance(outcome, policy.Ack) and result.event is not None:
+            if isinstance(outcome, outcomes.Ack) and result.event is not None:
                 _child(delay, DELAY, kind).observe(max(0.0, now - result.event.occurred_at.timestamp()))
         for (kind, outcome_name), n in settled.items():
             MESSAGES.labels(kind, outcome_name).inc(n)

@@ -1,20 +1,20 @@
-"""In-memory stand-ins for the worker's adapters, for unit tests: what procrastinate's InMemoryConnector and
-dramatiq's StubBroker are to theirs, and services/cdc_relay/testing.py to the relay.
+"""In-memory stand-ins for the consumer runtime's broker, for unit tests: what procrastinate's InMemoryConnector
+and dramatiq's StubBroker are to theirs, and testkit/relay.py to the relay.
 
 `StubBroker` keeps exchanges, bindings and queues the way RabbitMQ routes them (topic and direct exchanges,
 `x-max-length` with `reject-publish`, dead-lettering of expired messages); `StubConnection` is the part of pika's
-BlockingConnection the consumer uses, and its `process_data_events` does one step at a time: run the callbacks
-handed back by worker threads, else deliver up to the prefetch, else let a `ManualExecutor` run one task (as if its
-thread finished), else call `on_idle`. `FakeEffects` stands for fanout.Effects. Hand them to `consumer.Session`
-as main.run hands it the real ones (docs/adr/0025).
+BlockingConnection the runtime uses (services/consumer/connection.py Connection, StubChannel its Channel), and its
+`process_data_events` does one step at a time: run the callbacks handed back by worker threads, else the timers
+(`call_later`, due at once: time passes in steps here), else deliver up to the prefetch, else let a
+`ManualExecutor` run one task (as if its thread finished), else call `on_idle`. Hand them to a
+services/consumer/session.py Session as main.run hands it the real ones (docs/adr/0025).
 """
 
 from __future__ import annotations
 
 import itertools
-import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -22,9 +22,6 @@ from typing import Any, ParamSpec, TypeVar
 import pika
 import pika.exceptions
 from pika.spec import Basic
-
-from services.core.events import Event
-from services.worker import decide, policy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,11 +33,13 @@ IDLE_LIMIT = 1000  # idle steps before giving up on a session that never stops
 
 class ManualExecutor(Executor):
     """Holds submitted tasks until `run_one` runs the oldest (a cancelled one is skipped, as a pool skips it).
-    While `paused`, `run_one` runs nothing: the thread is busy elsewhere."""
+    While `paused`, `run_one` runs nothing: the thread is busy elsewhere. `at_once`: `run_one` runs every task
+    pending, as if all the pool's threads finished in the same moment."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_once: bool = False) -> None:
         self._pending: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
         self.paused = False
+        self.at_once = at_once
         self.ran = 0
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
@@ -53,6 +52,14 @@ class ManualExecutor(Executor):
         return sum(1 for future, _ in self._pending if not future.cancelled())
 
     def run_one(self) -> bool:
+        if not self.at_once:
+            return self._run_one()
+        ran = False
+        while self._run_one():
+            ran = True
+        return ran
+
+    def _run_one(self) -> bool:
         while self._pending and not self.paused:
             future, task = self._pending.popleft()
             if not future.set_running_or_notify_cancel():
@@ -201,17 +208,18 @@ class StubChannel:
     def close(self) -> None:
         self.closed = True
 
-    def basic_publish(self, exchange: str, routing_key: str, body: bytes, properties: pika.BasicProperties,
-                      mandatory: bool = False) -> None:
+    def basic_publish(self, exchange: str, routing_key: str, body: bytes,
+                      properties: pika.BasicProperties | None = None, mandatory: bool = False) -> None:
         if not self._broker.route(exchange, routing_key):
             if mandatory and self._confirming:
                 raise pika.exceptions.UnroutableError([])
             return
-        if not self._broker.publish(exchange, routing_key, body, properties) and self._confirming:
+        props = properties or pika.BasicProperties()
+        if not self._broker.publish(exchange, routing_key, body, props) and self._confirming:
             raise pika.exceptions.NackError([])
 
     def basic_consume(self, queue: str, on_message_callback: Callable[..., None], auto_ack: bool = False) -> str:
-        assert not auto_ack, "the worker acks after its effects commit"
+        assert not auto_ack, "a consumer acks after its effects commit"
         tag = f"ctag{len(self.consumers) + 1}"
         self.consumers[tag] = (queue, on_message_callback)
         return tag
@@ -225,7 +233,7 @@ class StubChannel:
             del self.unacked[tag]
 
     def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
-        assert requeue, "the worker dead-letters by publishing, never by nack(requeue=False)"
+        assert requeue, "a consumer dead-letters by publishing, never by nack(requeue=False)"
         self.nacks.append((delivery_tag, requeue))
         for tag in self._settled(delivery_tag, multiple):
             name, message = self.unacked.pop(tag)
@@ -254,7 +262,8 @@ class StubChannel:
 
 
 class StubConnection:
-    """pika.BlockingConnection in memory, for a session whose pools are ManualExecutors (`workers`).
+    """pika.BlockingConnection in memory (a services/consumer/connection.py Connection), for a session whose pools
+    are ManualExecutors (`workers`).
     `process_data_events` does one step (see the module docstring); after IDLE_LIMIT idle steps in a row without
     `on_idle` stopping the session, it raises instead of spinning."""
 
@@ -265,6 +274,8 @@ class StubConnection:
         self.on_idle = on_idle
         self.channels: list[StubChannel] = []
         self._callbacks: deque[Callable[[], None]] = deque()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []  # (delay, order, callback)
+        self._order = itertools.count()
         self._idle = 0
         self.is_open = True
 
@@ -277,6 +288,12 @@ class StubConnection:
             raise pika.exceptions.ConnectionWrongStateError("BlockingConnection.add_callback_threadsafe() called "
                                                             "on closed or closing connection.")
         self._callbacks.append(callback)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> int:
+        """A timer of the connection's thread; fired, in order of delay, on the next step without callbacks."""
+        order = next(self._order)
+        self._timers.append((delay, order, callback))
+        return order
 
     def process_data_events(self, time_limit: float = 0) -> None:
         if not self.is_open:
@@ -295,6 +312,11 @@ class StubConnection:
             while self._callbacks:
                 self._callbacks.popleft()()
             return True
+        if self._timers:
+            due, self._timers = sorted(self._timers), []
+            for _, _, callback in due:
+                callback()
+            return True
         if sum(channel.deliver() for channel in self.channels):
             return True
         return any(worker.run_one() for worker in self.workers)
@@ -311,45 +333,3 @@ class StubConnection:
             channel.unacked.clear()
         self.is_open = False
 
-
-class FakeEffects:
-    """fanout.Effects without a database. `failing[event id]` fails every batch holding that event, as a SQL error
-    fails its transaction, and the event alone that many times (None: always); a post id in `large_posts` is
-    decide.LARGE. `calls` holds the ids of every batch tried, `commits` of every batch committed; `on_commit` runs
-    just before a commit, `should_stop` before a large fan-out."""
-
-    def __init__(self, *, large_posts: Iterable[int] = (), on_commit: Callable[[list[Event]], None] | None = None,
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
-        self.failing: dict[uuid.UUID, int | None] = {}
-        self.large_posts = set(large_posts)
-        self.on_commit = on_commit
-        self.should_stop = should_stop
-        self.unavailable = False
-        self.calls: list[list[uuid.UUID]] = []
-        self.commits: list[list[uuid.UUID]] = []
-        self.fanned_out: list[uuid.UUID] = []
-
-    def apply(self, events: list[Event]) -> Mapping[Event, str | Exception]:
-        self.calls.append([e.id for e in events])
-        if self.unavailable:
-            raise policy.Unavailable("OperationalError: server closed the connection unexpectedly")
-        for event in events:
-            if event.id not in self.failing:
-                continue
-            left = self.failing[event.id]
-            if left is not None and len(events) == 1:  # only a try of its own counts down
-                if left > 1:
-                    self.failing[event.id] = left - 1
-                else:
-                    del self.failing[event.id]
-            raise ValueError(f"bigint out of range: {event.id}")
-        if self.on_commit is not None:
-            self.on_commit(events)
-        self.commits.append([e.id for e in events])
-        return {e: decide.LARGE if e.payload.get("post_id") in self.large_posts else decide.PUSHED for e in events}
-
-    def fan_out_large(self, event: Event) -> str:
-        if self.should_stop():
-            raise policy.Interrupted()
-        self.fanned_out.append(event.id)
-        return decide.PUSHED
