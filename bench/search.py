@@ -5,9 +5,18 @@
 - `index`: one query's latency p50/p99 at N synthetic unit vectors (k = the hybrid depth, 50) through the api's
   index (services/api/vector_index.py: i8 HNSW, its lock, the conversion of the hits), against the ceiling, the
   same query on the bare usearch index of the same build; the build's time (what an api restart costs before its
-  index answers: it is rebuilt from Postgres) and its memory.
+  index answers: it is rebuilt from Postgres) and its memory;
+- `freshness` (--freshness N): the real processes (api, relay, embedder with the local model, own database and
+  AMQP prefix), N posts written one after the other through the api, each searched for by meaning until found:
+  p50/p99 of the time from the post's 201 to its first semantic hit (the relay, the embedder's batch, the api's
+  poll: WALFEED_SEARCH_POLL_INTERVAL, default 1 s).
 
-    .venv/bin/python -m bench.search [--vectors 100000 1000000] [--queries 500] [--posts 512] [--runs 3] [--json P]
+- `api` (--api N): `GET /v1/search` end to end, one request at a time, per mode, at N posts in Postgres (bodies
+  drawn from the labelled set's words, synthetic vectors for the local model), the api with one worker process
+  and its index built: p50/p99 of the request, query embedding included.
+
+    .venv/bin/python -m bench.search [--vectors 100000 1000000] [--queries 500] [--posts 512] [--runs 3]
+                                     [--freshness 50] [--api 100000] [--json P]
 
 Synthetic vectors are Gaussian, normalised: no clusters, the hard case for a graph index (real embeddings are
 clustered). Medians over --runs runs for the latencies (one build per N).
@@ -19,10 +28,12 @@ import argparse
 import json
 import statistics
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from bench.lib.stats import percentile
 from services.api.vector_index import VectorIndex
@@ -88,6 +99,115 @@ def embed_costs(posts: int, batch: int, runs: int) -> dict[str, Any]:
             "posts_per_cpu_s": round(statistics.median(cpu), 1)}
 
 
+def freshness(posts: int, poll_interval: float | None) -> dict[str, Any]:
+    import httpx
+
+    from bench.lib import infra
+    from testkit.processes import free_port
+    from testkit.waiting import eventually
+
+    logs = infra.results_folder(None, "search") / "logs"
+    bodies = [p["text"] for p in json.loads(DATA.read_text())["posts"]]
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        url = res.database("search")
+        prefix = res.prefix("search")
+        slot = res.slot(url, "search")
+        port = free_port()
+        env = {"WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": infra.AMQP, "WALFEED_AMQP_PREFIX": prefix,
+               "WALFEED_SLOT": slot, "WALFEED_API_WORKERS": "1", "WALFEED_API_SEARCH_LIMIT": "0",
+               "WALFEED_API_WRITE_LIMIT": "0", "WALFEED_EMBEDDER_METRICS_PORT": "0",
+               "WALFEED_RELAY_METRICS_PORT": "0", "WALFEED_LOG_LEVEL": "WARNING",
+               **({"WALFEED_SEARCH_POLL_INTERVAL": str(poll_interval)} if poll_interval else {})}
+        res.start("api", ["api", "--port", str(port)], env)
+        res.start("relay", ["relay"], env)
+        res.start("embedder", ["embedder"], env)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            infra.wait_ready(client)
+            auth = {"Authorization": f"Bearer {client.post('/v1/users', json={'handle': 'bench'}).json()['token']}"}
+
+            def hit(text: str, post: int) -> bool:
+                items = client.get("/v1/search", params={"q": text, "mode": "semantic", "limit": 5},
+                                   headers=auth).json()
+                return items["degraded"] is None and any(i["id"] == post for i in items["items"])
+
+            eventually(lambda: client.get("/v1/search", params={"q": "x", "mode": "semantic"},
+                                          headers=auth).json()["degraded"] is None, timeout=120, interval=0.1,
+                       what="the api's index built, its model complete (not measured)")
+            seconds = []
+            for i in range(posts):
+                text = f"{bodies[i % len(bodies)]} #{i}"
+                post = client.post("/v1/posts", json={"body": text}, headers=auth).json()["id"]
+                written = time.monotonic()
+                while not hit(text, post):
+                    if time.monotonic() - written > 60:
+                        raise SystemExit(f"post {post} not found by meaning in 60 s")
+                    time.sleep(0.01)  # the probe's pace, not a wait for a state: the state is polled
+                seconds.append(time.monotonic() - written)
+    return {"posts": posts, "poll_interval_s": poll_interval or 1.0,
+            "p50_s": round(percentile(seconds, 0.5), 3), "p99_s": round(percentile(seconds, 0.99), 3),
+            "max_s": round(max(seconds), 3)}
+
+
+API_SEED = """
+INSERT INTO users (handle, token_hash) VALUES ('bench', sha256('bench1'::bytea));
+INSERT INTO posts (author_id, body)
+SELECT 1, (SELECT string_agg((%(words)s::text[])[1 + ((g * 7 + k * k * 13) %% %(n_words)s)], ' ')
+           FROM generate_series(1, 12) k)
+FROM generate_series(1, %(posts)s) g;
+INSERT INTO embedding_models (model, position, complete_at) VALUES (%(model)s, %(posts)s, now());
+"""
+
+
+def api_latency(posts: int, queries: int) -> dict[str, Any]:
+    import re
+
+    import httpx
+
+    from bench.lib import infra
+    from services.embedding.local import DIMENSION, MODEL_ID
+    from services.embedding.vectors import to_stored
+    from testkit.processes import free_port
+    from testkit.waiting import eventually
+
+    data = json.loads(DATA.read_text())
+    words = sorted({w for p in data["posts"] for w in re.findall(r"[a-z]+", p["text"].lower())})
+    asked = [q["text"] for q in data["queries"]]
+    logs = infra.results_folder(None, "search") / "logs"
+    rng = np.random.default_rng(5)
+    with infra.Resources(uuid.uuid4().hex[:6], logs) as res:
+        url = res.database("searchapi")
+        with psycopg.connect(url, autocommit=True) as conn:
+            psycopg.ClientCursor(conn).execute(API_SEED, {"words": words, "n_words": len(words), "posts": posts,
+                                                          "model": MODEL_ID})
+            for low in range(1, posts + 1, 5000):
+                ids = list(range(low, min(posts, low + 4999) + 1))
+                blobs = to_stored(_unit(rng.standard_normal((len(ids), DIMENSION))))
+                conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) SELECT i, %s, %s, v "
+                             "FROM unnest(%s::bigint[], %s::bytea[]) AS t(i, v)", (MODEL_ID, DIMENSION, ids, blobs))
+            conn.execute("ANALYZE")
+        port = free_port()
+        env = {"WALFEED_DATABASE_URL": url, "WALFEED_AMQP_URL": infra.AMQP, "WALFEED_API_WORKERS": "1",
+               "WALFEED_API_SEARCH_LIMIT": "0", "WALFEED_LOG_LEVEL": "WARNING"}
+        started = time.monotonic()
+        res.start("api", ["api", "--port", str(port)], env)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                          headers={"Authorization": "Bearer bench1"}) as client:
+            infra.wait_ready(client)
+            eventually(lambda: client.get("/v1/search", params={"q": "x", "mode": "semantic"}).json()["degraded"]
+                       is None, timeout=1800, interval=0.5, what="the api's index built")
+            ready_s = time.monotonic() - started
+            out: dict[str, Any] = {"posts": posts, "index_ready_s": round(ready_s, 1)}
+            for mode in ("text", "semantic", "hybrid"):
+                times = []
+                for i in range(queries):
+                    began = time.perf_counter()
+                    reply = client.get("/v1/search", params={"q": asked[i % len(asked)], "mode": mode})
+                    times.append((time.perf_counter() - began) * 1000)
+                    assert reply.status_code == 200 and reply.json()["mode"] == mode, reply.text
+                out[mode] = {"p50_ms": round(percentile(times, 0.5), 2), "p99_ms": round(percentile(times, 0.99), 2)}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", type=int, nargs="*", default=[100_000, 1_000_000])
@@ -96,9 +216,19 @@ def main() -> int:
     parser.add_argument("--posts", type=int, default=512, help="posts embedded per run (0: skip)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--freshness", type=int, default=0, help="posts of the freshness measurement (0: skip)")
+    parser.add_argument("--poll-interval", type=float, action="append",
+                        help="WALFEED_SEARCH_POLL_INTERVAL of the freshness api (repeat: one measurement each)")
+    parser.add_argument("--api", type=int, default=0, help="posts of the end-to-end api measurement (0: skip)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {"index": []}
+    if args.api:
+        results["api"] = api_latency(args.api, min(args.queries, 200))
+        print(f"api: {results['api']}", flush=True)
+    if args.freshness:
+        results["freshness"] = [freshness(args.freshness, p) for p in (args.poll_interval or [None])]
+        print(f"freshness: {results['freshness']}", flush=True)
     if args.posts:
         results["embed"] = embed_costs(args.posts, args.batch, args.runs)
         print(f"embed: {results['embed']}", flush=True)

@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
 
+    sub.add_parser("embedder", help="the embedding consumer: post vectors for semantic search, best effort")
     embed = sub.add_parser("embed", help="post vectors for semantic search")
     embed_what = embed.add_subparsers(dest="embed_command", required=True, metavar="ACTION")
     backfill = embed_what.add_parser("backfill", help="a vector for every live post without one, online, resumable")
@@ -179,10 +180,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import prune
 
         return prune.run_notifications(settings, args)
-    if args.command == "embed":
-        from services.cli import embed
+    if args.command == "embedder":
+        from services.embedder import main as embedder_main
 
-        return embed.run(settings, from_start=args.from_start, batch_size=args.batch_size)
+        return embedder_main.run(settings)
+    if args.command == "embed":
+        from services.embedder import main as embedder_main
+
+        return embedder_main.run_backfill(settings, from_start=args.from_start, batch_size=args.batch_size)
     if args.command == "rebuild":
         return _run_rebuild(args, settings)
     raise AssertionError(args.command)

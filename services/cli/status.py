@@ -17,8 +17,7 @@ from services.core import durations, retention, slots
 from services.core.amqp import node_parameters
 from services.core.settings import Settings, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
-from services.embedder import store as embedder_store
-from services.embedding import config as embedder_config
+from services.embedder import main as embedder_main
 
 
 @dataclass(frozen=True)
@@ -135,17 +134,11 @@ class EmbeddingStatus:
 
 def embedding_status(settings: Settings, now: datetime | None = None) -> list[EmbeddingStatus]:
     try:
-        configured = embedder_config.model_id(embedder_config.EmbedderSettings.from_env())
+        configured, found = embedder_main.coverage(settings.database_url)
     except SettingsError as exc:
         return [EmbeddingStatus("?", True, error=str(exc))]
-    try:
-        with psycopg.connect(settings.database_url, connect_timeout=5, autocommit=True) as conn:
-            if conn.execute("SELECT to_regclass('post_embeddings')").fetchone() == (None,):
-                return [EmbeddingStatus(configured or "-", True, error="not migrated yet: run `walfeed migrate`")]
-            names = sorted({*embedder_store.models(conn), *([configured] if configured else [])})
-            found = [embedder_store.coverage(conn, name) for name in names]
-    except psycopg.Error as exc:
-        return [EmbeddingStatus(configured or "-", True, error=str(exc).strip())]
+    except psycopg.Error as exc:  # the database down, or not migrated yet (the message says to run migrate)
+        return [EmbeddingStatus("-", True, error=str(exc).strip())]
     moment = now or datetime.now(UTC)
     return [EmbeddingStatus(c.model, c.model == configured, c.live, c.embedded,
                             (moment - c.oldest_missing).total_seconds() if c.oldest_missing else 0.0,

@@ -56,3 +56,6 @@ FROM posts p LEFT JOIN post_embeddings e ON e.post_id = p.id AND e.model = %(mod
 WHERE p.deleted_at IS NULL
 """
 MODELS: Final = "SELECT model FROM embedding_models ORDER BY model"
+DIMENSION: Final = """
+SELECT dimension FROM post_embeddings WHERE model = %(model)s AND vector IS NOT NULL LIMIT 1
+"""

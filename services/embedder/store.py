@@ -76,3 +76,9 @@ def coverage(conn: Conn, model: str) -> Coverage:
 
 def models(conn: Conn) -> list[str]:
     return [str(r[0]) for r in conn.execute(sql.MODELS).fetchall()]
+
+
+def known_dimension(conn: Conn, model: str) -> int | None:
+    """The length of the model's vectors written so far (None: none yet)."""
+    row = conn.execute(sql.DIMENSION, {"model": model}).fetchone()
+    return None if row is None else int(row[0])

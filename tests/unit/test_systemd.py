@@ -23,7 +23,7 @@ HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome":
              "CapabilityBoundingSet": "", "RemoveIPC": "yes", "PrivateDevices": "yes", "UMask": "0077"}
 # What each command needs: its database role's URL, its broker user's URL (not the api), the SMTP relay's.
 URLS = {"WALFEED_DATABASE_URL", "WALFEED_AMQP_URL"}
-COMMANDS = {"api": {"WALFEED_DATABASE_URL"}, "relay": URLS, "worker": URLS, "notifier": URLS,
+COMMANDS = {"api": {"WALFEED_DATABASE_URL"}, "relay": URLS, "worker": URLS, "notifier": URLS, "embedder": URLS,
             "deliver --channel webhook": URLS, "deliver --channel email": {*URLS, "WALFEED_SMTP_URL"}}
 INTERNET = {"deliver --channel webhook"}  # webhooks are anywhere; the process checks addresses itself (ssrf.py)
 
