@@ -5,7 +5,8 @@
 - `index`: one query's latency p50/p99 at N synthetic unit vectors (k = the hybrid depth, 50) through the api's
   index (services/api/vector_index.py: i8 HNSW, its lock, the conversion of the hits), against the ceiling, the
   same query on the bare usearch index of the same build; the build's time (what an api restart costs before its
-  index answers: it is rebuilt from Postgres) and its memory;
+  index answers: it is rebuilt from Postgres), the save and load of a copy (a restart with
+  WALFEED_SEARCH_INDEX_DIR) and its memory;
 - `freshness` (--freshness N): the real processes (api, relay, embedder with the local model, own database and
   AMQP prefix), N posts written one after the other through the api, each searched for by meaning until found:
   p50/p99 of the time from the post's 201 to its first semantic hit (the relay, the embedder's batch, the api's
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -75,7 +77,15 @@ def index_costs(n: int, dimension: int, queries: int, runs: int) -> dict[str, An
     def median(runs_ms: list[list[float]], q: float) -> float:
         return round(statistics.median(percentile(r, q) for r in runs_ms), 3)
 
+    with tempfile.TemporaryDirectory() as folder:  # a restart with WALFEED_SEARCH_INDEX_DIR: save, then load
+        path = str(Path(folder) / "index.usearch")
+        started = time.perf_counter()
+        index.save(path)
+        save_s, started = time.perf_counter() - started, time.perf_counter()
+        VectorIndex(dimension).load(path)
+        load_s = time.perf_counter() - started
     return {"vectors": n, "build_s": round(build_s, 1), "build_cpu_s": round(build_cpu_s, 1),
+            "save_s": round(save_s, 2), "load_s": round(load_s, 2),
             "memory_bytes": index.memory_bytes(), "k": K,
             "api_index": {"p50_ms": median(ours_runs, 0.5), "p99_ms": median(ours_runs, 0.99)},
             "bare_usearch": {"p50_ms": median(bare_runs, 0.5), "p99_ms": median(bare_runs, 0.99)}}

@@ -6,7 +6,9 @@ why and the search answers from text. A failed build or poll is logged and tried
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -15,7 +17,7 @@ import psycopg
 from prometheus_client import CollectorRegistry, Gauge
 from psycopg.rows import dict_row
 
-from services.api import search_plan, search_sql
+from services.api import index_files, search_plan, search_sql
 from services.api.db import Pool
 from services.api.vector_index import VectorIndex
 from services.embedding.protocol import EmbedderUnavailable
@@ -27,8 +29,12 @@ BATCH: Final = 2000  # rows per fetch of the build and of a poll
 
 
 class SearchIndex:
-    def __init__(self, model: str, dimension: Callable[[], int], registry: CollectorRegistry) -> None:
+    def __init__(self, model: str, dimension: Callable[[], int], registry: CollectorRegistry,
+                 directory: str | None = None, save_every: float = 300.0) -> None:
         self.model = model
+        self._directory = directory  # WALFEED_SEARCH_INDEX_DIR: saved copies, loaded at start (index_files.py)
+        self._save_every = save_every
+        self._saved_at: float | None = None
         self._dimension = dimension  # the embedder's: a remote one asks its server (ADR 0120)
         self.dimension = 0
         self.index: VectorIndex | None = None  # None until the first build is done
@@ -56,9 +62,11 @@ class SearchIndex:
             try:
                 if not self.dimension:
                     self.dimension = await asyncio.to_thread(self._dimension)
-                if self.index is None:
+                if self.index is None and not await asyncio.to_thread(self._load):
                     await self._build(url)
                 await self._poll(pool)
+                if self._directory is not None:
+                    await asyncio.to_thread(self._save)
                 if self._failing:
                     log.info("search index reads the table again", extra={"model": self.model})
                 self._failing = False
@@ -71,6 +79,54 @@ class SearchIndex:
                 log.exception("search index update failed; trying again", extra={"model": self.model})
                 self._failing = True
             await asyncio.sleep(interval)
+
+    def _load(self) -> bool:
+        """The newest saved copy of the model's index, if any can be read: its position is where polls resume."""
+        if self._directory is None:
+            return False
+        try:
+            found = index_files.saved(self.model, os.listdir(self._directory))
+        except OSError as exc:
+            log.warning("search index directory unreadable; building", extra={"error": str(exc)})
+            return False
+        for entry in found:
+            started, index = time.monotonic(), VectorIndex(self.dimension)
+            try:
+                index.load(os.path.join(self._directory, entry.name))
+            except (OSError, RuntimeError, ValueError) as exc:
+                log.warning("saved search index unreadable; trying an older one or building",
+                            extra={"file": entry.name, "error": str(exc)[:300]})
+                continue
+            self.index, self._high, self._saved_at = index, entry.xmin, time.monotonic()
+            self._vectors.set(len(index))
+            log.info("search index loaded", extra={"model": self.model, "file": entry.name, "vectors": len(index),
+                                                   "seconds": round(time.monotonic() - started, 3)})
+            return True
+        return False
+
+    def _save(self) -> None:
+        """A copy of the index at the current poll position, every `save_every` seconds (and after a build) unless
+        another process of the machine saved one that recently; older copies deleted."""
+        assert self._directory is not None and self.index is not None
+        now = time.monotonic()
+        if self._saved_at is not None and now - self._saved_at < self._save_every:
+            return
+        self._saved_at = now
+        try:
+            names = os.listdir(self._directory)
+            newest = index_files.saved(self.model, names)
+            if newest and time.time() - os.path.getmtime(os.path.join(self._directory, newest[0].name)) < \
+                    self._save_every and newest[0].xmin >= self._high:
+                return
+            final = os.path.join(self._directory, index_files.name(self.model, self._high))
+            temporary = f"{final}.{os.getpid()}.tmp"
+            self.index.save(temporary)
+            os.replace(temporary, final)
+            for old in index_files.stale(self.model, os.listdir(self._directory)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self._directory, old))
+        except OSError as exc:
+            log.warning("search index not saved", extra={"directory": self._directory, "error": str(exc)})
 
     async def _build(self, url: str) -> None:
         started = time.monotonic()

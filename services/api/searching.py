@@ -51,7 +51,8 @@ class Search:
         if embedder is None:
             return
         self.queries = QueryEmbedder(embedder, self.settings.query_timeout)
-        self.index = SearchIndex(embedder.model_id, embedder.dimension, self._registry)
+        self.index = SearchIndex(embedder.model_id, embedder.dimension, self._registry, self.settings.index_dir,
+                                 self.settings.save_interval)
         self._task = asyncio.create_task(self.index.run(url, pool, self.settings.poll_interval))
 
     async def stop(self) -> None:

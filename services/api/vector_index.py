@@ -52,6 +52,18 @@ class VectorIndex:
         with self._lock:
             self._index.remove(np.asarray(keys, dtype=np.uint64))
 
+    def save(self, path: str) -> None:
+        """The index in a file (usearch's format), written whole while searches wait."""
+        with self._lock:
+            self._index.save(path)
+
+    def load(self, path: str) -> None:
+        """This (empty) index replaced by a saved one. Raises on a file usearch cannot read."""
+        with self._lock:
+            self._index.load(path)
+            if self._index.ndim != self.dimension:
+                raise ValueError(f"{path} holds vectors of {self._index.ndim} dimensions, not {self.dimension}")
+
     def search(self, query: npt.NDArray[np.float32], count: int) -> list[tuple[int, float]]:
         """Up to `count` (post id, cosine similarity), most similar first."""
         with self._lock:

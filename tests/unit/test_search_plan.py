@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api import fusion, search_plan
+from services.api import fusion, index_files, search_plan
 from services.api.search_plan import Query
 from services.embedding.vectors import from_stored, to_stored
 
@@ -94,3 +94,11 @@ def test_stored_vectors_round_trip_and_a_wrong_length_is_refused() -> None:
     assert np.array_equal(from_stored(blobs, 2), rows)
     with pytest.raises(ValueError, match="12 bytes, expected 8"):
         from_stored([b"\0" * 12], 2)
+
+
+def test_saved_index_files_are_found_newest_first_and_the_older_ones_pruned() -> None:
+    names = [index_files.name("ollama:nomic/v1.5", x) for x in (10, 30, 20)] + [
+        "ollama_nomic_v1.5.abc.usearch", "other.40.usearch", "ollama_nomic_v1.5.50.usearch.123.tmp"]
+    assert index_files.name("ollama:nomic/v1.5", 7) == "ollama_nomic_v1.5.7.usearch"
+    assert [s.xmin for s in index_files.saved("ollama:nomic/v1.5", names)] == [30, 20, 10]
+    assert index_files.stale("ollama:nomic/v1.5", names) == ["ollama_nomic_v1.5.10.usearch"]

@@ -5,6 +5,8 @@ one's is not skipped."""
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -74,4 +76,49 @@ async def _polls(database_url: str) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await pool.close()
+
+
+def test_a_saved_index_is_loaded_at_start_and_polled_from_its_position(database_url: str, tmp_path: Path) -> None:
+    asyncio.run(_saved(database_url, str(tmp_path)))
+
+
+async def _saved(database_url: str, directory: str) -> None:
+    pool = api_db.make_pool(database_url, min_size=1, max_size=2, timeout=5)
+    await pool.open()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (handle, token_hash) VALUES ('saver', 'x')")
+        conn.execute("INSERT INTO embedding_models (model, complete_at) VALUES (%s, now())", (MODEL,))
+        first = _post(conn, "first")
+        conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, %s, 4, %s)",
+                     (first, MODEL, _vector(1)))
+    try:
+        builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
+        task = asyncio.create_task(builder.run(database_url, pool, 0.05))
+        for _ in range(200):
+            if os.listdir(directory):
+                break
+            await asyncio.sleep(0.05)  # polled until the file is there
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        saved = os.listdir(directory)
+        assert len(saved) == 1 and saved[0].startswith(f"{MODEL}.") and saved[0].endswith(".usearch")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM post_embeddings")  # a load must not read the table: it is empty now...
+            later = _post(conn, "later")
+            conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, %s, 4, %s)",
+                         (later, MODEL, _vector(2)))  # ...but for a row written after the save, read by a poll
+        loaded = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
+        task = asyncio.create_task(loaded.run(database_url, pool, 0.05))
+        for _ in range(200):
+            if loaded.index is not None and len(loaded.index) == 2:
+                break
+            await asyncio.sleep(0.05)  # polled until the poll has run
+        assert loaded.index is not None and {p for p, _ in loaded.index.search(
+            np.full(4, 0.5, dtype=np.float32), 10)} == {first, later}
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
         await pool.close()
