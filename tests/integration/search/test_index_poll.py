@@ -34,19 +34,30 @@ def _post(conn: psycopg.Connection[object], body: str) -> int:
     return int(row[0])  # type: ignore[index]
 
 
-def test_polls_add_vectors_drop_tombstones_and_miss_no_late_commit(database_url: str) -> None:
-    asyncio.run(_polls(database_url))
-
-
-async def _polls(database_url: str) -> None:
+async def _opened(database_url: str) -> api_db.Pool:
     pool = api_db.make_pool(database_url, min_size=1, max_size=2, timeout=5)
     await pool.open()
+    return pool
+
+
+def _seed(database_url: str) -> int:
+    """A user, the model complete, and one post with its vector: the post's id."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO users (handle, token_hash) VALUES ('poller', 'x')")
         conn.execute("INSERT INTO embedding_models (model, complete_at) VALUES (%s, now())", (MODEL,))
         first = _post(conn, "first")
         conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, %s, 4, %s)",
                      (first, MODEL, _vector(1)))
+    return first
+
+
+def test_polls_add_vectors_drop_tombstones_and_miss_no_late_commit(database_url: str) -> None:
+    asyncio.run(_polls(database_url))
+
+
+async def _polls(database_url: str) -> None:
+    pool = await _opened(database_url)
+    first = _seed(database_url)
     index = SearchIndex(MODEL, lambda: 4, CollectorRegistry())
     task = asyncio.create_task(index.run(database_url, pool, 0.05))
     try:
@@ -84,14 +95,8 @@ def test_a_saved_index_is_loaded_at_start_and_polled_from_its_position(database_
 
 
 async def _saved(database_url: str, directory: str) -> None:
-    pool = api_db.make_pool(database_url, min_size=1, max_size=2, timeout=5)
-    await pool.open()
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO users (handle, token_hash) VALUES ('saver', 'x')")
-        conn.execute("INSERT INTO embedding_models (model, complete_at) VALUES (%s, now())", (MODEL,))
-        first = _post(conn, "first")
-        conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, %s, 4, %s)",
-                     (first, MODEL, _vector(1)))
+    pool = await _opened(database_url)
+    first = _seed(database_url)
     try:
         builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
         task = asyncio.create_task(builder.run(database_url, pool, 0.05))
