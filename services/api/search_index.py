@@ -35,6 +35,7 @@ class SearchIndex:
         self._directory = directory  # WALFEED_SEARCH_INDEX_DIR: saved copies, loaded at start (index_files.py)
         self._save_every = save_every
         self._saved_at: float | None = None
+        self._no_dimension = False
         self._dimension = dimension  # the embedder's: a remote one asks its server (ADR 0120)
         self.dimension = 0
         self.index: VectorIndex | None = None  # None until the first build is done
@@ -51,7 +52,7 @@ class SearchIndex:
     def unavailable(self) -> str | None:
         """Why the vector half cannot answer now (search_plan's reasons), or None."""
         if self.index is None:
-            return search_plan.INDEX_LOADING
+            return search_plan.EMBEDDER_UNAVAILABLE if self._no_dimension else search_plan.INDEX_LOADING
         if not self.complete:
             return search_plan.MODEL_INCOMPLETE
         return None
@@ -61,7 +62,9 @@ class SearchIndex:
         while True:
             try:
                 if not self.dimension:
+                    self._no_dimension = True  # until the embedder says it (a remote one asks its server)
                     self.dimension = await asyncio.to_thread(self._dimension)
+                    self._no_dimension = False
                 if self.index is None and not await asyncio.to_thread(self._load):
                     await self._build(url)
                 await self._poll(pool)
@@ -153,6 +156,9 @@ class SearchIndex:
         index = self.index
         assert index is not None
         async with pool.connection() as conn:
+            # The model's flag before the window's end: a backfill marks the model complete after its vectors
+            # committed, so their transactions are below the xmin read next, and in the index once the flag is.
+            complete = await self._complete(conn)
             row = await (await conn.execute(search_sql.SNAPSHOT_XMIN)).fetchone()
             assert row is not None
             high = int(row["xmin"])
@@ -166,7 +172,7 @@ class SearchIndex:
                     after_xid, after_post = int(rows[-1]["xid"]), int(rows[-1]["post_id"])
                 if len(rows) < BATCH:
                     break
-            self.complete = await self._complete(conn)
+        self.complete = complete
         self._high = max(self._high, high)
         self._vectors.set(len(index))
         self._polled.set(time.time())

@@ -4,14 +4,20 @@ text search cannot (their queries share no word with their answers); hybrid stil
 
 from __future__ import annotations
 
+import socket
 import statistics
 
+import httpx
 import psycopg
 import pytest
 
+from services.api.app import create_app
+from services.core.settings import Settings
 from services.embedder import backfill
+from services.embedding.config import EmbedderSettings
 from services.embedding.local import LocalEmbedder
-from tests.integration.search.conftest import LABELLED, Search, semantic_ready
+from tests.integration.api.conftest import TEST_API, serve
+from tests.integration.search.conftest import LABELLED, SEARCH, Search, semantic_ready
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +66,17 @@ def test_scores_order_the_page_and_a_deleted_post_leaves_every_mode(
     for mode in ("hybrid", "semantic", "text"):
         for q in ("equities slump", "Stock markets fell"):
             assert target not in [item["id"] for item in search(q, mode=mode, limit=20)["items"]], (mode, q)
+
+
+def test_a_model_server_that_does_not_answer_makes_semantic_answer_from_text_saying_so(
+        settings: Settings, author: tuple[int, str], labelled_posts: dict[str, int]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    down = EmbedderSettings(kind="ollama", url=nobody, model="m", timeout=0.5)
+    with serve(create_app(settings, TEST_API, search_settings=SEARCH, embedder_settings=down)) as url, \
+            httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {author[1]}"}) as client:
+        for mode in ("semantic", "hybrid"):
+            page = client.get("/v1/search", params={"q": "stock markets", "mode": mode}).json()
+            assert (page["mode"], page["degraded"]) == ("text", "embedder-unavailable"), page
+            assert labelled_posts["p02"] in [item["id"] for item in page["items"]]
