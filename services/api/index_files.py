@@ -1,4 +1,4 @@
-"""Where the api keeps saved copies of its index (WALFEED_SEARCH_INDEX_DIR, docs/adr/0121 "Restart"), decided
+"""Where the api keeps saved copies of its index (WALFEED_SEARCH_INDEX_DIR, docs/adr/0121 "Costs"), decided
 without I/O: one file per (model, poll position), `{model}.{xmin}.usearch`, named so that a file is never
 rewritten (a process writes a temporary name and renames it), the newest position loaded at start. The position
 is the poll window's lower end when the file was written: every row changed by a transaction below it is in the
