@@ -39,6 +39,7 @@ EMBEDDER_OFF: Final = "embedder-off"
 EMBEDDER_UNAVAILABLE: Final = "embedder-unavailable"
 INDEX_LOADING: Final = "index-loading"
 MODEL_INCOMPLETE: Final = "model-incomplete"
+DEGRADED: Final = (EMBEDDER_OFF, EMBEDDER_UNAVAILABLE, INDEX_LOADING, MODEL_INCOMPLETE)
 
 
 class InvalidSearchCursor(ValueError):

@@ -31,6 +31,9 @@ class Search:
         self.searches = Counter("walfeed_api_searches", "Searches answered, by the mode answered and why the vector "
                                 "half did not answer (degraded; none when it did)", ["mode", "degraded"],
                                 registry=registry)
+        for mode, degraded in (("hybrid", "none"), ("semantic", "none"), ("text", "none"),
+                               *(("text", reason) for reason in search_plan.DEGRADED)):
+            self.searches.labels(mode, degraded)  # every series from the start, at 0
 
     @property
     def unavailable(self) -> str | None:
