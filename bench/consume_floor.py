@@ -21,9 +21,9 @@ import uuid
 import pika
 
 from bench.lib import infra, proc
-from services.worker.config import WorkerSettings
+from services.worker import config as worker_config
 
-WORKER = WorkerSettings.from_env({})  # the worker's defaults
+WORKER = worker_config.from_env({})  # the worker's defaults
 ACK_EVERY, PREFETCH = WORKER.batch_size, WORKER.prefetch
 
 

@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from services.api.app import create_app, scrape_registry
-from services.api.config import ApiSettings
+from services.api.config import FORWARDED_ALLOW_IPS, ApiSettings, listen_address
 from services.core import logs, sdnotify
 from services.core.settings import Settings
 
@@ -51,8 +51,11 @@ _SERVER_OPTIONS = {"log_config": None, "access_log": False, "timeout_graceful_sh
 _GRANIAN_LOGS = {"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}}
 
 
-def run(settings: Settings, host: str, port: int) -> int:
+def run(settings: Settings, host: str | None = None, port: int | None = None) -> int:
+    """Serve until SIGTERM/SIGINT on `host`:`port` (the `--host`/`--port` flags), else WALFEED_API_HOST/_PORT."""
     api = ApiSettings.from_env()
+    listen_host, listen_port = listen_address()
+    host, port = listen_host if host is None else host, listen_port if port is None else port
     log.info("api starting", extra={"host": host, "port": port, "workers": api.workers,
                                     "max_body_bytes": api.max_body_bytes})
     _notify_when_serving(host, port)
@@ -165,12 +168,12 @@ def _serve_granian(host: str, port: int, workers: int) -> None:
 def granian_app() -> ASGIApp:
     """worker_app behind the X-Forwarded-For handling uvicorn applies itself: the client address (the rate limits'
     partition) is the forwarded one when the peer is trusted, by the same FORWARDED_ALLOW_IPS and default."""
-    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+    trusted = os.environ.get(FORWARDED_ALLOW_IPS.name, FORWARDED_ALLOW_IPS.default)
     return ProxyHeadersMiddleware(worker_app(), trusted_hosts=trusted)  # type: ignore[arg-type,return-value]
 
 
 def worker_app() -> FastAPI:
     """The app of one worker process (the servers' factory): settings from the environment the supervisor passed."""
-    logs.configure("api", os.environ.get("WALFEED_LOG_LEVEL", "INFO"), logs.log_format())
+    logs.configure("api", logs.log_level(), logs.log_format())
     _end_with_supervisor()
     return create_app(Settings.from_env(), ApiSettings.from_env())

@@ -1,11 +1,5 @@
 """The polling source's settings and decisions: how much to claim, when to poll, what to mark. Pure.
 
-| variable | default | meaning |
-|---|---|---|
-| `WALFEED_POLL_INTERVAL` | 1.0 | seconds between polls when one found less than a batch (a full batch polls at once) |
-| `WALFEED_POLL_BATCH` | 500 | rows claimed per poll, at most |
-| `WALFEED_POLL_LEASE` | 30 | seconds a claim lasts; rows of a poller that died are claimed again after it |
-
 The window (`WALFEED_RELAY_WINDOW`), metrics port, shutdown and blocked timeouts are the relay's (config.py).
 """
 
@@ -16,25 +10,30 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from services.core.settings import Env
+from services.core.settings import Declared, Env, Float, Int
 
 MARK_MIN_GAP: Final = 0.1  # seconds between two "mark published" updates while busy
+
+INTERVAL: Final = Float("WALFEED_POLL_INTERVAL", 1.0,
+                        "seconds between polls when one found less than a batch (a full batch polls at once)",
+                        minimum=0.001, maximum=3600.0)
+BATCH: Final = Int("WALFEED_POLL_BATCH", 500, "rows claimed per poll, at most", minimum=1, maximum=100_000)
+LEASE: Final = Float("WALFEED_POLL_LEASE", 30.0,
+                     "seconds a claim lasts; rows of a poller that died are claimed again after it", minimum=0.5,
+                     maximum=86_400.0)
+SETTINGS: Final[tuple[Declared, ...]] = (INTERVAL, BATCH, LEASE)
 
 
 @dataclass(frozen=True, slots=True)
 class PollSettings:
-    interval: float = 1.0
-    batch: int = 500
-    lease: float = 30.0
+    interval: float = INTERVAL.default_value()
+    batch: int = BATCH.default_value()
+    lease: float = LEASE.default_value()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PollSettings:
         env = Env(environ)
-        return cls(
-            interval=env.float("WALFEED_POLL_INTERVAL", 1.0, minimum=0.001, maximum=3600.0),
-            batch=env.int("WALFEED_POLL_BATCH", 500, minimum=1, maximum=100_000),
-            lease=env.float("WALFEED_POLL_LEASE", 30.0, minimum=0.5, maximum=86_400.0),
-        )
+        return cls(interval=INTERVAL.read(env), batch=BATCH.read(env), lease=LEASE.read(env))
 
 
 def claim_size(batch: int, window: int, in_flight: int) -> int:

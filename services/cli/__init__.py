@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from services.api import config as api_config  # declarations only: imports no web framework
 from services.core import logs
 from services.core.settings import Settings, SettingsError
 
@@ -25,12 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--amqp-prefix", help="overrides WALFEED_AMQP_PREFIX")
     parser.add_argument("--slot", help="overrides WALFEED_SLOT")
     parser.add_argument("--celebrity-threshold", help="overrides WALFEED_CELEBRITY_THRESHOLD")
-    parser.add_argument("--log-level", default=os.environ.get("WALFEED_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", help="overrides WALFEED_LOG_LEVEL")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     api = sub.add_parser("api", help="serve the HTTP API")
-    api.add_argument("--host", default=os.environ.get("WALFEED_API_HOST", "127.0.0.1"))
-    api.add_argument("--port", type=int, default=int(os.environ.get("WALFEED_API_PORT", "8000")))
+    api.add_argument("--host", help="overrides WALFEED_API_HOST")
+    api.add_argument("--port", type=int, help="overrides WALFEED_API_PORT")
     api.add_argument("--workers", type=int, dest="api_workers", help="server processes; overrides WALFEED_API_WORKERS")
 
     relay = sub.add_parser("relay", help="the CDC relay daemon: logical slot -> RabbitMQ")
@@ -49,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="local development: infrastructure checks, bootstrap-roles, api + relay + worker + "
                         "notifier each under its own role")
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--host", default=api_config.HOST.default, help="where the api listens")
+    up.add_argument("--port", type=int, default=api_config.PORT.default_value())
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
 
     sub.add_parser("embedder", help="the embedding consumer: post vectors for semantic search, best effort")
@@ -109,6 +110,7 @@ _OVERRIDES = {
     "slot": "WALFEED_SLOT",
     "celebrity_threshold": "WALFEED_CELEBRITY_THRESHOLD",
     "api_workers": "WALFEED_API_WORKERS",  # `api --workers` (`up --workers` counts worker processes)
+    "log_level": "WALFEED_LOG_LEVEL",
     "model": "WALFEED_EMBEDDER_MODEL",  # `embed backfill --model`
 }
 
@@ -121,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None:
             os.environ[var] = str(value)
     try:
-        logs.configure(args.command, args.log_level.upper(), logs.log_format())
+        logs.configure(args.command, logs.log_level(), logs.log_format())
         settings = Settings.from_env()
         return _dispatch(args, settings)
     except SettingsError as exc:

@@ -4,8 +4,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import Final
+
+from services.core.settings import Duration
 
 SubParsers = argparse._SubParsersAction  # argparse's own type for `add_subparsers()`
+
+# What prune-notifications' --older-than is without the flag: a month of history in the api's lists.
+RETENTION: Final = Duration(
+    "WALFEED_NOTIFICATION_RETENTION", "30d",
+    "what `walfeed prune-notifications` keeps without `--older-than`: settled deliveries and read or withdrawn "
+    "notifications older than this go (ADR 0100)")
 
 
 def add_parsers(sub: SubParsers) -> None:  # type: ignore[type-arg]
@@ -19,8 +28,8 @@ def add_parsers(sub: SubParsers) -> None:  # type: ignore[type-arg]
                        "(default 15)")
     notifications = sub.add_parser("prune-notifications", help="delete delivered, dead and withdrawn deliveries and "
                                    "read or withdrawn notifications older than --older-than, in small batches")
-    notifications.add_argument("--older-than", metavar="DURATION", help="e.g. 30d, 12h (default: "
-                               "WALFEED_NOTIFICATION_RETENTION, or 30d)")
+    notifications.add_argument("--older-than", metavar="DURATION",
+                               help=f"e.g. 30d, 12h (default: {RETENTION.name}, or {RETENTION.default})")
 
 
 def _dead(sub: SubParsers) -> None:  # type: ignore[type-arg]

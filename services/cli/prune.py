@@ -6,20 +6,17 @@ confirmed at least that long ago (docs/adr/0071; the statements are services/cor
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import psycopg
 
+from services.cli.ops_args import RETENTION
 from services.core import durations, retention
-from services.core.settings import Settings
-
-NOTIFICATION_RETENTION: Final = "30d"  # a month of history in the api's lists, then read notifications go
-
+from services.core.settings import Env, Settings, SettingsError
 
 T = TypeVar("T")
 
@@ -63,12 +60,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_notifications(settings: Settings, args: argparse.Namespace) -> int:
-    text = args.older_than or os.environ.get("WALFEED_NOTIFICATION_RETENTION", NOTIFICATION_RETENTION)
     try:
-        older_than = durations.parse(text)
+        older_than = durations.parse(args.older_than) if args.older_than else RETENTION.read(Env())
     except durations.DurationError as exc:
-        where = "--older-than" if args.older_than else "WALFEED_NOTIFICATION_RETENTION"
-        print(f"walfeed prune-notifications: {where}: {exc}", file=sys.stderr)
+        print(f"walfeed prune-notifications: --older-than: {exc}", file=sys.stderr)
+        return 2
+    except SettingsError as exc:  # names the variable
+        print(f"walfeed prune-notifications: {exc}", file=sys.stderr)
         return 2
     pruned, code = _pruning(settings, "prune-notifications", "db/init/015_delivery_budgets.sql",
                             lambda conn, stopped: retention.prune_notifications(conn, older_than,

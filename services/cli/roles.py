@@ -19,7 +19,7 @@ from typing import Final
 from psycopg.conninfo import make_conninfo
 
 from services.core import queues
-from services.core.settings import Env, SettingsError
+from services.core.settings import Declared, Env, OptionalStr, Secret, SettingsError, Str
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
 PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery", "embedder")
@@ -67,6 +67,23 @@ def password_variables() -> tuple[str, ...]:
     return (*map(db_password_variable, PROCESSES), *map(amqp_password_variable, AMQP_PROCESSES))
 
 
+_WHOSE: Final = {"api": "the api's", "relay": "the relay's", "worker": "the worker's", "notifier": "the notifier's",
+                 "delivery": "the delivery workers'", "embedder": "the embedder's"}
+ROLE_PREFIX: Final = Str("WALFEED_ROLE_PREFIX", "walfeed",
+                         "prefix of the role and broker user names (`{prefix}_api`, ...)", _PREFIX)
+DB_PASSWORDS: Final = {p: Secret(db_password_variable(p), f"password of {_WHOSE[p]} Postgres role", MIN_PASSWORD_LENGTH)
+                       for p in PROCESSES}
+AMQP_PASSWORDS: Final = {p: Secret(amqp_password_variable(p), f"password of {_WHOSE[p]} broker user",
+                                   MIN_PASSWORD_LENGTH) for p in AMQP_PROCESSES}
+RABBITMQCTL: Final = Str("WALFEED_RABBITMQCTL", "rabbitmqctl",
+                         "how to run rabbitmqctl with the broker's admin rights, e.g. `sudo rabbitmqctl`")
+MANAGEMENT_URL: Final = OptionalStr(
+    "WALFEED_RABBITMQ_MANAGEMENT_URL", "instead of rabbitmqctl: the management API with an administrator's credentials",
+    allowed="an `http://` or `https://` URL")
+SETTINGS: Final[tuple[Declared, ...]] = (
+    ROLE_PREFIX, *DB_PASSWORDS.values(), *AMQP_PASSWORDS.values(), RABBITMQCTL, MANAGEMENT_URL)
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSettings:
     """What `walfeed bootstrap-roles` needs beyond the shared settings. Passwords have no default."""
@@ -80,14 +97,14 @@ class RoleSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoleSettings:
         env = Env(environ)
-        management = env.optional("WALFEED_RABBITMQ_MANAGEMENT_URL")
+        management = MANAGEMENT_URL.read(env)
         if management is not None and not management.startswith(("http://", "https://")):
-            raise SettingsError(f"WALFEED_RABBITMQ_MANAGEMENT_URL={management!r} is invalid: expected http(s)://")
+            raise SettingsError(f"{MANAGEMENT_URL.name}={management!r} is invalid: expected http(s)://")
         return cls(
-            roles=Roles(env.str("WALFEED_ROLE_PREFIX", "walfeed", _PREFIX)),
-            db_passwords={p: env.secret(db_password_variable(p), MIN_PASSWORD_LENGTH) for p in PROCESSES},
-            amqp_passwords={p: env.secret(amqp_password_variable(p), MIN_PASSWORD_LENGTH) for p in AMQP_PROCESSES},
-            rabbitmqctl=env.str("WALFEED_RABBITMQCTL", "rabbitmqctl"),
+            roles=Roles(ROLE_PREFIX.read(env)),
+            db_passwords={p: secret.read(env) for p, secret in DB_PASSWORDS.items()},
+            amqp_passwords={p: secret.read(env) for p, secret in AMQP_PASSWORDS.items()},
+            rabbitmqctl=RABBITMQCTL.read(env),
             management_url=management,
         )
 

@@ -16,10 +16,16 @@ from typing import Any, Final
 
 import orjson
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import Choice, Env
 
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
-FORMATS: Final = ("text", "json")
+LEVEL: Final = Choice("WALFEED_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical"),
+                      "log level (`--log-level`)")
+FORMAT: Final = Choice(
+    "WALFEED_LOG_FORMAT", "text", ("text", "json"),
+    "`text`: a line of message then `key=value` fields; `json`: one JSON object per line (`time`, `level`, "
+    "`process`, `logger`, `message`, the fields, `exception`). Lines about an event carry `event_id` and, when it has "
+    "a trace context, `trace_id`")
 
 
 def _fields(record: logging.LogRecord) -> Iterator[tuple[str, Any]]:
@@ -62,10 +68,12 @@ class JsonFormatter(logging.Formatter):
 
 def log_format(environ: Mapping[str, str] | None = None) -> str:
     """WALFEED_LOG_FORMAT, validated (SettingsError names it)."""
-    value = Env(environ).str("WALFEED_LOG_FORMAT", "text").lower()
-    if value not in FORMATS:
-        raise SettingsError(f"WALFEED_LOG_FORMAT={value!r} is invalid: expected one of {', '.join(FORMATS)}")
-    return value
+    return FORMAT.read(Env(environ))
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> str:
+    """WALFEED_LOG_LEVEL, validated (SettingsError names it), as logging spells it (`INFO`)."""
+    return LEVEL.read(Env(environ)).upper()
 
 
 def configure(process: str, level: str = "INFO", fmt: str = "text") -> None:

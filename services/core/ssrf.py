@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import Declared, Env, Flag, OptionalStr, SettingsError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -62,15 +62,21 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+ALLOWED_NETWORKS: Final = OptionalStr(
+    "WALFEED_WEBHOOK_ALLOWED_NETWORKS", "CIDR networks webhooks may reach although not public, e.g. `10.20.0.0/16`",
+    allowed="CIDR networks, comma-separated", shown="empty")
+ALLOW_HTTP: Final = Flag("WALFEED_WEBHOOK_ALLOW_HTTP", False, "allow plain `http://` webhook URLs (https otherwise)")
+SETTINGS: Final[tuple[Declared, ...]] = (ALLOWED_NETWORKS, ALLOW_HTTP)
+
+
 def policy_from_env(env: Env) -> Policy:
     """The policy of every process that checks webhook URLs (the API at registration, the delivery worker at each
     attempt): WALFEED_WEBHOOK_ALLOWED_NETWORKS, WALFEED_WEBHOOK_ALLOW_HTTP."""
-    raw = env.optional("WALFEED_WEBHOOK_ALLOWED_NETWORKS") or ""
     try:
-        networks = parse_networks(raw)
+        networks = parse_networks(ALLOWED_NETWORKS.read(env) or "")
     except ValueError as exc:
-        raise SettingsError(f"WALFEED_WEBHOOK_ALLOWED_NETWORKS is invalid: {exc}") from None
-    return Policy(networks, env.bool("WALFEED_WEBHOOK_ALLOW_HTTP", False))
+        raise SettingsError(f"{ALLOWED_NETWORKS.name} is invalid: {exc}") from None
+    return Policy(networks, ALLOW_HTTP.read(env))
 
 
 def parse_networks(text: str) -> tuple[IPNetwork, ...]:

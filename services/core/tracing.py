@@ -28,12 +28,33 @@ from contextlib import AbstractContextManager
 from typing import Any, Final, NamedTuple
 
 from services.core import tracecontext
-from services.core.settings import Env, SettingsError
+from services.core.settings import Declared, Env, Flag, OptionalStr, SettingsError, Str
 from services.core.tracecontext import TraceParent
 
 SYSTEM: Final = "rabbitmq"
 FAILED: Final = frozenset({"retry", "dead"})  # outcomes that mark a process span as failed
-_ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+# OpenTelemetry's own variables (the SDK reads these and its others itself; walfeed reads these to decide).
+ENDPOINT: Final = OptionalStr(
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "base URL of an OTLP/HTTP collector (e.g. `http://127.0.0.1:4318`): set, spans are exported to `<url>/v1/traces`; "
+    "set without the `otel` extra installed, the process stops at start naming it", allowed="a URL")
+TRACES_ENDPOINT: Final = OptionalStr("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                     "the same, as the full traces URL; wins over the former", allowed="a URL")
+PROTOCOL: Final = Str("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
+                      "the only protocol walfeed exports with; another one stops the process at start",
+                      allowed="`http/protobuf`")
+TRACES_PROTOCOL: Final = OptionalStr("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "the same, for traces; wins over the former",
+                                     allowed="`http/protobuf`", shown="`OTEL_EXPORTER_OTLP_PROTOCOL`")
+SDK_DISABLED: Final = Flag("OTEL_SDK_DISABLED", False, "`true`: no tracing even with an endpoint")
+SERVICE_NAME: Final = OptionalStr(  # read by the SDK only
+    "OTEL_SERVICE_NAME",
+    "the `service.name` of the spans; `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_TRACES_SAMPLER`, "
+    "`OTEL_BSP_*` and the SDK's other variables apply as the SDK documents them",
+    shown="`walfeed-api`, `walfeed-relay`, `walfeed-worker`")
+SETTINGS: Final[tuple[Declared, ...]] = (
+    ENDPOINT, TRACES_ENDPOINT, PROTOCOL, TRACES_PROTOCOL, SDK_DISABLED, SERVICE_NAME)
+_ENDPOINTS: Final = (TRACES_ENDPOINT.name, ENDPOINT.name)
 
 
 class Sent(NamedTuple):
@@ -100,7 +121,7 @@ DISABLED: Final = Tracing()
 
 def configured(environ: Mapping[str, str] | None = None) -> bool:
     env = Env(environ)
-    if env.bool("OTEL_SDK_DISABLED", False):
+    if SDK_DISABLED.read(env):
         return False
     return any(env.optional(name) for name in _ENDPOINTS)
 
@@ -111,8 +132,8 @@ def setup(service: str, environ: Mapping[str, str] | None = None) -> Tracing:
     if not configured(environ):
         return DISABLED
     env = Env(environ)
-    protocol = env.str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", env.str("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"))
-    if protocol != "http/protobuf":
+    protocol = env.str(TRACES_PROTOCOL.name, PROTOCOL.read(env))
+    if protocol != PROTOCOL.default:
         raise SettingsError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported: walfeed exports traces "
                             "over OTLP/HTTP; set it to http/protobuf (the collector's port 4318) or unset it")
     try:

@@ -1,14 +1,7 @@
 """Settings of the embedder, read once at start from the environment (docs/settings.md, "embedder").
 
-| variable | default | meaning |
-|---|---|---|
-| `WALFEED_EMBEDDER` | `local` | `local` (the pinned model, in process), `ollama`, `openai` (compatible) or `off` |
-| `WALFEED_EMBEDDER_URL` | `http://127.0.0.1:11434` for ollama; none for openai | server's base URL (http, https) |
-| `WALFEED_EMBEDDER_MODEL` | the pinned model for local; none otherwise | model name the server is asked for |
-| `WALFEED_EMBEDDER_TIMEOUT` | `10` | seconds: longest wait for the server's answer to one batch |
-| `WALFEED_EMBEDDER_API_KEY` | none | bearer token sent to an openai server, if it wants one |
+Each setting is declared once below (services/core/settings.py): its variable, default, bounds and meaning.
 """
-
 from __future__ import annotations
 
 import re
@@ -16,52 +9,64 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from services.core.settings import Env, SettingsError
+from services.core.settings import Choice, Declared, Env, Float, OptionalStr, SettingsError
 from services.embedding import local
 from services.embedding.protocol import Embedder
 from services.embedding.remote import OllamaEmbedder, OpenAIEmbedder
 
-KINDS: Final = ("local", "ollama", "openai", "off")
 OLLAMA_URL: Final = "http://127.0.0.1:11434"
 _URL: Final = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 _MODEL: Final = re.compile(r"^[\w.:/@+\-]{1,200}$")
 
+KIND: Final = Choice(
+    "WALFEED_EMBEDDER", "local", ("local", "ollama", "openai", "off"),
+    "`local` (the pinned all-MiniLM-L6-v2 int8 model, in process), `ollama`, `openai` (any OpenAI-compatible "
+    "server) or `off`")
+URL: Final = OptionalStr(
+    "WALFEED_EMBEDDER_URL",
+    "the server's base URL; the adapter posts to `/api/embed` or `/v1/embeddings` under it",
+    allowed="`http://host[:port][/path]` or `https://...`",
+    shown=f"`{OLLAMA_URL}` for ollama; required for openai")
+MODEL: Final = OptionalStr(
+    "WALFEED_EMBEDDER_MODEL",
+    "the model the server is asked for; with `local` only the pinned model is accepted",
+    allowed=f"`{_MODEL.pattern}`", shown=f"`{local.MODEL_ID}` for local; required otherwise")
+TIMEOUT: Final = Float("WALFEED_EMBEDDER_TIMEOUT", 10.0, "seconds: longest wait for a server's answer to one batch",
+                       minimum=0.1, maximum=600.0)
+API_KEY: Final = OptionalStr("WALFEED_EMBEDDER_API_KEY", "bearer token sent to an openai server that wants one",
+                             shown="none")
+SETTINGS: Final[tuple[Declared, ...]] = (KIND, URL, MODEL, TIMEOUT, API_KEY)
+
 
 @dataclass(frozen=True, slots=True)
 class EmbedderSettings:
-    kind: str = "local"
+    kind: str = KIND.default
     url: str | None = None
     model: str = local.MODEL_ID
-    timeout: float = 10.0
+    timeout: float = TIMEOUT.default_value()
     api_key: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmbedderSettings:
         env = Env(environ)
-        kind = env.str("WALFEED_EMBEDDER", "local").lower()
-        if kind not in KINDS:
-            raise SettingsError(f"WALFEED_EMBEDDER={kind!r} is invalid: expected one of {', '.join(KINDS)}")
-        url = env.optional("WALFEED_EMBEDDER_URL")
-        model = env.optional("WALFEED_EMBEDDER_MODEL")
-        timeout = env.float("WALFEED_EMBEDDER_TIMEOUT", 10.0, minimum=0.1, maximum=600.0)
-        api_key = env.optional("WALFEED_EMBEDDER_API_KEY")
+        kind = KIND.read(env)
+        url, model, timeout, api_key = URL.read(env), MODEL.read(env), TIMEOUT.read(env), API_KEY.read(env)
         if url is not None and not _URL.match(url):
-            raise SettingsError(f"WALFEED_EMBEDDER_URL={url!r} is invalid: expected http://host[:port][/path] "
-                                "or https://...")
+            raise SettingsError(f"{URL.name}={url!r} is invalid: expected http://host[:port][/path] or https://...")
         if model is not None and not _MODEL.match(model):
-            raise SettingsError(f"WALFEED_EMBEDDER_MODEL={model!r} is invalid: it must match {_MODEL.pattern}")
+            raise SettingsError(f"{MODEL.name}={model!r} is invalid: it must match {_MODEL.pattern}")
         if kind == "local":
             if model not in (None, local.MODEL_ID):
-                raise SettingsError(f"WALFEED_EMBEDDER_MODEL={model!r} is invalid with WALFEED_EMBEDDER=local: the "
-                                    f"local embedder runs only {local.MODEL_ID}; unset it, or use ollama or openai")
+                raise SettingsError(f"{MODEL.name}={model!r} is invalid with {KIND.name}=local: the local embedder "
+                                    f"runs only {local.MODEL_ID}; unset it, or use ollama or openai")
             return cls(kind, None, local.MODEL_ID, timeout)
         if kind in ("ollama", "openai"):
             if model is None:
-                raise SettingsError(f"WALFEED_EMBEDDER_MODEL is not set: WALFEED_EMBEDDER={kind} needs the name of "
-                                    "the model to ask the server for")
+                raise SettingsError(f"{MODEL.name} is not set: {KIND.name}={kind} needs the name of the model to ask "
+                                    "the server for")
             if url is None and kind == "openai":
-                raise SettingsError("WALFEED_EMBEDDER_URL is not set: WALFEED_EMBEDDER=openai needs the server's "
-                                    "base URL (the adapter posts to {url}/v1/embeddings)")
+                raise SettingsError(f"{URL.name} is not set: {KIND.name}=openai needs the server's base URL (the "
+                                    "adapter posts to {url}/v1/embeddings)")
             return cls(kind, url or OLLAMA_URL, model, timeout, api_key)
         return cls(kind, None, "", timeout)
 

@@ -20,13 +20,13 @@ from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
 from services.core.topology import Topology
-from services.worker.config import WorkerSettings
+from services.worker import config
 from services.worker.fanout import Effects
 
 log = logging.getLogger(__name__)
 
 def run(settings: Settings) -> int:
-    worker = WorkerSettings.from_env()
+    worker = config.from_env()
     traces = tracing.setup("walfeed-worker")
     stopping = on_signals(then=lambda: sdnotify.stopping("finishing running batches"))
     serve_metrics(worker.metrics_port, worker.metrics_host)

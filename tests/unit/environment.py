@@ -8,18 +8,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from services.api.config import ApiSettings
+from services.api.config import ApiSettings, listen_address
 from services.api.search_config import SearchSettings
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.poll_policy import PollSettings
+from services.cli.ops_args import RETENTION
 from services.cli.roles import RoleSettings, password_variables
-from services.core.logs import log_format
-from services.core.settings import Settings
+from services.core.logs import log_format, log_level
+from services.core.settings import Env, Settings
 from services.delivery.config import DeliverySettings
 from services.embedder.config import EmbedSettings
 from services.embedding.config import EmbedderSettings
 from services.notifier import config as notifier_config
-from services.worker.config import WorkerSettings
+from services.worker import config as worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 _OS_ENVIRON = re.compile(r'os\.environ(?:\.get\(|\[)"(WALFEED_[A-Z0-9_]+)"')
@@ -40,9 +41,11 @@ def variables_read() -> set[str]:
     environ["WALFEED_SMTP_URL"] = "smtp://mail.example.com"  # the email channel reads its other settings after it
     environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
-                     WorkerSettings.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
-                     EmbedderSettings.from_env, SearchSettings.from_env, EmbedSettings.from_env):
+                     worker_config.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
+                     log_level, listen_address, EmbedderSettings.from_env, SearchSettings.from_env,
+                     EmbedSettings.from_env):
         from_env(environ)
+    RETENTION.read(Env(environ))  # prune-notifications reads it when no --older-than is given
     DeliverySettings.from_env("email", environ)
     direct = {name for path in (ROOT / "services").rglob("*.py") for name in _OS_ENVIRON.findall(path.read_text())}
     return (environ.read | direct) - {"CREDENTIALS_DIRECTORY"}  # systemd's, not a setting (docs/settings.md)

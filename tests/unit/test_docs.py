@@ -9,6 +9,7 @@ import pytest
 
 from services.api.app import create_app
 from services.api.config import ApiSettings
+from services.cli import settings_doc
 from services.core.settings import Settings
 from tests.unit.environment import ROOT, variables_read
 
@@ -36,14 +37,27 @@ def test_settings_md_lists_exactly_the_variables_the_processes_read() -> None:
     assert documented == read, f"missing: {read - documented}, not read: {documented - read}"
 
 
-@pytest.mark.parametrize("module", ["services/api/config.py", "services/cdc_relay/config.py",
-                                    "services/cdc_relay/poll_policy.py", "services/worker/config.py",
-                                    "services/notifier/config.py", "services/delivery/config.py",
-                                    "services/embedding/config.py", "services/api/search_config.py",
-                                    "services/embedder/config.py"])
-def test_the_docstring_tables_are_in_settings_md(module: str) -> None:
-    table = {line.split("`")[1] for line in (ROOT / module).read_text().splitlines() if line.startswith("| `WALFEED_")}
-    assert table and table <= set(_VARIABLE.findall(_process_settings_section()))
+def test_settings_md_is_what_the_declarations_generate() -> None:
+    """Defaults, bounds and meanings, not only names: the page is `python -m services.cli.settings_doc`'s output."""
+    assert (DOCS / "settings.md").read_text() == settings_doc.page(), \
+        "docs/settings.md is stale: python -m services.cli.settings_doc > docs/settings.md"
+
+
+def test_each_variable_is_declared_once_per_section() -> None:
+    for section in settings_doc.SECTIONS:
+        names = [setting.name for setting in section.settings]
+        assert len(names) == len(set(names)), section.heading
+
+
+def test_the_processes_read_settings_only_through_their_declarations() -> None:
+    """A variable read by name (`env.int("WALFEED_...")`, `os.environ.get("WALFEED_...")`) has no declaration: its
+    default, bounds and meaning would be written again, and drift (ADR 0130)."""
+    by_name = re.compile(r"""(?:env\.(?:int|float|str|bool|optional|secret)|os\.environ\.get|os\.getenv)\(\s*"""
+                         r"""f?["'](?:WALFEED_|OTEL_|\{)""")
+    found = [f"{path.relative_to(ROOT)}: {line.strip()}" for path in sorted((ROOT / "services").rglob("*.py"))
+             if path.name != "settings.py" or path.parent.name != "core"
+             for line in path.read_text().splitlines() if by_name.search(line)]
+    assert found == []
 
 
 @pytest.mark.parametrize("page", [*sorted(p.name for p in DOCS.glob("*.md")), "../README.md"])

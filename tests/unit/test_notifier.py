@@ -56,7 +56,8 @@ def test_notifier_settings_have_their_own_prefix_and_defaults() -> None:
     assert (s.batch_size, s.metrics_port, s.large_concurrency) == (config.BATCH_SIZE, config.METRICS_PORT, 0)
     with pytest.raises(SettingsError, match="WALFEED_NOTIFIER_RETRY_CAP"):
         config.from_env({"WALFEED_NOTIFIER_RETRY_BASE": "5", "WALFEED_NOTIFIER_RETRY_CAP": "1"})
-    assert config.from_env({}).author == config.AuthorBudget(config.AUTHOR_DELIVERIES, config.AUTHOR_WINDOW)
+    assert config.from_env({}).author == config.AuthorBudget(config.AUTHOR_DELIVERIES.default_value(),
+                                                             config.AUTHOR_WINDOW.default_value())
     with pytest.raises(SettingsError, match="WALFEED_NOTIFIER_AUTHOR_DELIVERIES"):
         config.from_env({"WALFEED_NOTIFIER_AUTHOR_DELIVERIES": "-1"})
 

@@ -1,9 +1,23 @@
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from services.core import settings as core
 from services.core.redact import redact
-from services.core.settings import Env, Settings, SettingsError
+from services.core.settings import (
+    Choice,
+    Duration,
+    Env,
+    Flag,
+    Float,
+    Int,
+    OptionalDuration,
+    OptionalStr,
+    Secret,
+    Settings,
+    SettingsError,
+)
 
 
 def test_defaults_match_the_spec() -> None:
@@ -82,3 +96,44 @@ def test_a_setting_missing_from_the_environment_is_read_from_its_systemd_credent
     (tmp_path / "WALFEED_SLOT").mkdir()  # unreadable as a file: named, never a traceback
     with pytest.raises(SettingsError, match="WALFEED_SLOT: the credential"):
         Settings.from_env({"CREDENTIALS_DIRECTORY": str(tmp_path)})
+
+
+def test_a_declaration_reads_its_variable_with_its_default_and_bounds() -> None:
+    window = Int("WALFEED_X_WINDOW", 1000, "messages in flight", minimum=1, maximum=100_000)
+    assert window.read(Env({})) == 1000 and window.read(Env({"WALFEED_X_WINDOW": " 7 "})) == 7
+    with pytest.raises(SettingsError, match=r"WALFEED_X_WINDOW='0' is out of range: it must be between 1 and 100000"):
+        window.read(Env({"WALFEED_X_WINDOW": "0"}))
+    assert (window.shown_default(), window.values()) == ("`1000`", "integer, 1 to 100000")
+    assert Float("F", 2.5, "", minimum=0.1).values() == "number, 0.1 or more"
+
+
+def test_a_computed_default_is_worked_out_when_read_and_shown_as_declared() -> None:
+    cpus = Int("WALFEED_X_WORKERS", lambda: 3, "processes", minimum=1, shown="one per CPU")
+    assert cpus.read(Env({})) == 3 and cpus.default_value() == 3 and cpus.shown_default() == "one per CPU"
+    prefetch = Int("WALFEED_X_PREFETCH", None, "unacked messages", minimum=1, shown="batch x 2")
+    assert prefetch.read(Env({}), default=40) == 40 and prefetch.read(Env({"WALFEED_X_PREFETCH": "5"}), 40) == 5
+    with pytest.raises(TypeError, match="WALFEED_X_PREFETCH"):
+        prefetch.read(Env({}))
+
+
+def test_choices_flags_and_durations_name_the_variable() -> None:
+    kind = Choice("WALFEED_X_KIND", "a", ("a", "b"), "which", hint=" (b needs more)")
+    assert kind.read(Env({"WALFEED_X_KIND": " B "})) == "b" and kind.values() == "`a`, `b`"
+    with pytest.raises(SettingsError, match=r"WALFEED_X_KIND='c' is invalid: expected one of a, b \(b needs more\)"):
+        kind.read(Env({"WALFEED_X_KIND": "c"}))
+    keep = Duration("WALFEED_X_KEEP", "30d", "kept")
+    assert keep.read(Env({})) == timedelta(days=30) and keep.read(Env({"WALFEED_X_KEEP": "0"})) == timedelta(0)
+    with pytest.raises(SettingsError, match="WALFEED_X_KEEP: 'soon' is not a duration"):
+        keep.read(Env({"WALFEED_X_KEEP": "soon"}))
+    off = OptionalDuration("WALFEED_X_PRUNE", "pruned")
+    assert off.read(Env({})) is None and off.read(Env({"WALFEED_X_PRUNE": "1h"})) == timedelta(hours=1)
+    assert Flag("WALFEED_X_ON", False, "").read(Env({"WALFEED_X_ON": "yes"})) is True
+    assert OptionalStr("WALFEED_X_URL", "").read(Env({"WALFEED_X_URL": "  "})) is None
+    with pytest.raises(SettingsError, match="WALFEED_X_SECRET is not set"):
+        Secret("WALFEED_X_SECRET", "", 16).read(Env({}))
+
+
+def test_the_shared_settings_are_their_declarations_defaults() -> None:
+    assert Settings.from_env({}) == Settings(core.DATABASE_URL.default, core.AMQP_URL.default, core.AMQP_PREFIX.default,
+                                             core.SLOT.default, core.CELEBRITY_THRESHOLD.default_value(),
+                                             core.AMQP_QUEUE_TYPE.default)

@@ -12,8 +12,8 @@ from services.consumer.outcomes import Dead, Retry
 from services.consumer.retry import RetryPolicy
 from services.core import events as ev
 from services.core.settings import SettingsError
+from services.worker import config as worker_config
 from services.worker import policy
-from services.worker.config import WorkerSettings
 
 
 def test_failure_before_the_last_attempt_retries_with_the_next_attempt_number_and_bounded_delay() -> None:
@@ -91,14 +91,14 @@ def test_reason_text_is_bounded() -> None:
 
 
 def test_worker_settings_defaults_and_errors_name_the_variable() -> None:
-    s = WorkerSettings.from_env({})
+    s = worker_config.from_env({})
     assert (s.concurrency, s.batch_size, s.large_concurrency, s.prefetch, s.max_attempts, s.metrics_port) == (
         2, 500, 1, 1500, 8, 9102)
     with pytest.raises(SettingsError, match="WALFEED_WORKER_BATCH_SIZE"):
-        WorkerSettings.from_env({"WALFEED_WORKER_BATCH_SIZE": "0"})
+        worker_config.from_env({"WALFEED_WORKER_BATCH_SIZE": "0"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_PREFETCH"):
-        WorkerSettings.from_env({"WALFEED_WORKER_CONCURRENCY": "4", "WALFEED_WORKER_PREFETCH": "2"})
+        worker_config.from_env({"WALFEED_WORKER_CONCURRENCY": "4", "WALFEED_WORKER_PREFETCH": "2"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_RETRY_CAP"):
-        WorkerSettings.from_env({"WALFEED_WORKER_RETRY_BASE": "5", "WALFEED_WORKER_RETRY_CAP": "1"})
+        worker_config.from_env({"WALFEED_WORKER_RETRY_BASE": "5", "WALFEED_WORKER_RETRY_CAP": "1"})
     with pytest.raises(SettingsError, match="WALFEED_WORKER_MAX_ATTEMPTS"):
-        WorkerSettings.from_env({"WALFEED_WORKER_MAX_ATTEMPTS": "0"})
+        worker_config.from_env({"WALFEED_WORKER_MAX_ATTEMPTS": "0"})
