@@ -6,7 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.integration.api.conftest import SignUp
+from services.api.app import create_app
+from services.api.ratelimit import Quota
+from services.api.search_config import SearchSettings
+from services.core.settings import Settings
+from tests.integration.api.conftest import NO_EMBEDDER, TEST_API, SignUp, serve
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +95,15 @@ def test_punctuation_only_finds_nothing_instead_of_failing(client: httpx.Client,
     for q in ("!!!", "-", '"', "& | !"):
         reply = client.get("/v1/search", params={"q": q, "mode": "text"}, headers=alice.auth)
         assert reply.status_code == 200 and reply.json()["items"] == [], (q, reply.text)
+
+
+def test_searches_are_counted_against_their_own_rate_limit(settings: Settings) -> None:
+    limited = SearchSettings(limit=Quota("search", 2, 60))
+    with serve(create_app(settings, TEST_API, search_settings=limited, embedder_settings=NO_EMBEDDER)) as url, \
+            httpx.Client(base_url=url, timeout=30) as client:
+        token = client.post("/v1/users", json={"handle": "searcher"}).json()["token"]
+        auth = {"Authorization": f"Bearer {token}"}
+        replies = [client.get("/v1/search", params={"q": "anything", "mode": "text"}, headers=auth) for _ in range(3)]
+        assert [r.status_code for r in replies] == [200, 200, 429]
+        assert replies[0].headers["RateLimit-Policy"] == '"search";q=2;w=60'
+        assert replies[2].json()["type"].endswith("rate-limited") and "Retry-After" in replies[2].headers
