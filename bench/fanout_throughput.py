@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.fanout_throughput [--runs 3] [--posts 60] [--small-events 1000] [--processes 2]
                                                 [--group-max N] [--out DIR] [--json FILE]
+                                                [--embedder none|running|broken]
 
 The ceiling (STYLE.md "Ceilings in benchmarks") is the bare set-based statement writing the same rows:
 SET_BASED below (posts JOIN follows, plus the authors' own rows, ON CONFLICT DO NOTHING), 100 posts per statement
@@ -406,6 +407,9 @@ def main() -> int:
                              "several, comma-separated (1,20): one worker side each, in the same runs")
     parser.add_argument("--out", type=Path, help="folder for the workers' logs (default bench/results/<ts>-fanout)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
+    parser.add_argument("--embedder", choices=["none", "running", "broken"], default="none",
+                        help="also run `walfeed embedder` on the same events: with the local model, or "
+                             "broken (an Ollama URL nobody listens on: every batch fails, is counted and acked)")
     args = parser.parse_args()
     k = args.processes
     logs = infra.results_folder(args.out, "fanout") / "logs"
@@ -418,6 +422,12 @@ def main() -> int:
                                  "WALFEED_WORKER_CONCURRENCY": "1", "WALFEED_WORKER_METRICS_PORT": "0",
                                  "WALFEED_LOG_LEVEL": "WARNING"})
         workers = [res.start(f"fanout-worker-{i}", ["worker"], env) for i in range(k)]
+        if args.embedder != "none":  # its backfill left out (settle of an hour): it embeds the events' posts only
+            broken = {"WALFEED_EMBEDDER": "ollama", "WALFEED_EMBEDDER_URL": "http://127.0.0.1:9",
+                      "WALFEED_EMBEDDER_MODEL": "broken"} if args.embedder == "broken" else {}
+            res.start("fanout-embedder", ["embedder"], {**env, "WALFEED_EMBEDDER_METRICS_PORT": "0",
+                                                         "WALFEED_EMBED_SETTLE_SECONDS": "3600", **broken})
+            print(f"embedder {args.embedder}", flush=True)
         params = pika.URLParameters(infra.AMQP)
         # No heartbeats: the connection sits idle while a side's posts are written, which on a loaded machine took
         # longer than two heartbeat intervals, and the broker closed it.

@@ -72,7 +72,7 @@ def main() -> int:
                                "memory_per_million_gb": round(memory / args.vectors * 1e6 / 1e9, 2),
                                "connectivity": index.connectivity}
         for expansion in (64, 256):  # usearch's default, and a deeper search
-            index.expansion_search = expansion
+            index.expansion_search = expansion  # type: ignore[misc]  # a setter at run time, typed read-only
             ms, found = _latencies(lambda q: index.search(q, K).keys, queries)  # noqa: B023
             pairs = list(zip(found, exact, strict=True))
             row[f"ef{expansion}"] = {

@@ -22,7 +22,7 @@ for name in names:
     importlib.import_module(name)
 print(f"check-packaging: {len(names)} modules import from a plain install")
 PY
-for command in api relay worker notifier deliver migrate status dead prune-outbox prune-notifications; do
+for command in api relay worker notifier deliver embedder embed migrate status dead prune-outbox prune-notifications; do
   "$scratch/venv/bin/walfeed" "$command" --help > /dev/null || { echo "check-packaging: walfeed $command --help failed" >&2; exit 1; }
 done
 echo "check-packaging: every command answers --help"

@@ -115,7 +115,8 @@ def delete_amqp_names(amqp_url: str, topology: Topology, extra_queues: list[str]
         return  # the broker is down (a test stopped it); names die with a fresh broker or the next cleanup
     try:
         channel = conn.channel()
-        for queue in [*topology.queues(), *topology.notifier.queues(), *topology.all_delivery_queues(), *extra_queues]:
+        for queue in [*topology.queues(), *topology.notifier.queues(), *topology.all_delivery_queues(),
+                      topology.embedder_queue, *extra_queues]:
             channel.queue_delete(queue)
         for exchange in {*topology.exchanges(), *topology.notifier.exchanges(), topology.delivery_settle_exchange}:
             channel.exchange_delete(exchange)

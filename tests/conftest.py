@@ -86,6 +86,7 @@ def walfeed_env(infra: Infra, database_url: str, amqp_prefix: str, slot_name: st
         # the limits set them (tests/integration/api/test_ratelimit.py).
         "WALFEED_API_SIGNUP_LIMIT": "0",
         "WALFEED_API_WRITE_LIMIT": "0",
+        "WALFEED_API_SEARCH_LIMIT": "0",  # tests poll searches until a post is found
         # One api worker process (the default is one per CPU): the tests of several set it (test_process.py).
         "WALFEED_API_WORKERS": "1",
     }

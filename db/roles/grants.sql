@@ -1,18 +1,19 @@
 -- What each walfeed process may do in its database (docs/adr/0060). Applied by `walfeed bootstrap-roles` after
 -- the migrations, every run: everything is revoked first, so the result is exactly this file.
--- {database}, {owner}, {api}, {relay}, {worker}, {notifier}, {delivery} are identifiers filled in with psycopg.sql.Identifier.
+-- {database}, {owner}, {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder} are identifiers filled in with
+-- psycopg.sql.Identifier.
 -- A migration that adds a table or a statement that reads a new column adds its grant here.
 
 REVOKE ALL ON DATABASE {database} FROM PUBLIC;
-REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker}, {notifier}, {delivery};
-GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker}, {notifier}, {delivery};
+REVOKE ALL ON DATABASE {database} FROM {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
+GRANT CONNECT ON DATABASE {database} TO {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
 
 REVOKE ALL ON SCHEMA public FROM PUBLIC;
-REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker}, {notifier}, {delivery};
-GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker}, {notifier}, {delivery};
+REVOKE ALL ON SCHEMA public FROM {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
+GRANT USAGE ON SCHEMA public TO {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
 -- REVOKE ... ON TABLE also revokes the column privileges.
-REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery};
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM PUBLIC, {api}, {relay}, {worker}, {notifier}, {delivery}, {embedder};
 
 -- api (services/api/sql.py): sign-up, follow counts, posts and their soft delete, outbox inserts, timeline reads.
 -- Identity columns draw from their sequence without a sequence privilege.
@@ -41,6 +42,9 @@ GRANT SELECT (id, owner_id, url, events, previous_secret_until, disabled_at, dis
 GRANT DELETE ON webhooks TO {api};
 GRANT INSERT (owner_id, url, events, secret) ON webhooks TO {api};
 GRANT UPDATE (disabled_at, disabled_reason, failing_since) ON webhooks TO {api};
+-- search (services/api/search_sql.py, 020_search.sql): the vectors of its nearest-neighbour index, read only; the
+-- full-text half reads posts, granted above.
+GRANT SELECT ON post_embeddings, embedding_models TO {api};
 REVOKE ALL ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION walfeed_rotate_webhook_secret(bigint, bigint, text, integer) TO {api};
 GRANT SELECT ON deliveries TO {api};
@@ -115,3 +119,12 @@ GRANT SELECT, INSERT, UPDATE ON delivery_host_budgets TO {delivery};  -- HOST_BU
 -- `walfeed prune-notifications` runs as the delivery role, through its function only (015_delivery_budgets.sql).
 REVOKE ALL ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigint) FROM PUBLIC, {delivery};
 GRANT EXECUTE ON FUNCTION walfeed_prune_notifications_batch(interval, integer, bigint) TO {delivery};
+
+-- embedder (services/embedder/sql.py, `walfeed embed backfill`): live posts' bodies by id, and the vectors it writes
+-- (inserts; updates only to tombstone). It deletes nothing: a deleted
+-- post's vectors become tombstones (020_search.sql's trigger, as the owner; the embedder's post.deleted also).
+GRANT SELECT (id, body, created_at, deleted_at) ON posts TO {embedder};
+GRANT SELECT ON post_embeddings TO {embedder};
+GRANT INSERT (post_id, model, dimension, vector), UPDATE (vector, changed_xid, embedded_at) ON post_embeddings
+    TO {embedder};
+GRANT SELECT, INSERT (model), UPDATE (position, complete_at, updated_at) ON embedding_models TO {embedder};

@@ -20,17 +20,23 @@ from services.api.middleware import Edge
 from services.api.problems import Problem
 from services.api.readafter import WriteMemory
 from services.api.replica import Replica
-from services.api.routes import feed, health, notifications, posts, users, webhooks
+from services.api.routes import feed, health, notifications, posts, search, users, webhooks
+from services.api.search_config import SearchSettings
+from services.api.searching import Search
 from services.core import tracing
 from services.core.settings import Settings
 from services.core.topology import Topology
+from services.embedding.config import EmbedderSettings
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
 
 def create_app(settings: Settings, api_settings: ApiSettings | None = None,
-               traces: tracing.Tracing | None = None) -> FastAPI:
+               traces: tracing.Tracing | None = None, search_settings: SearchSettings | None = None,
+               embedder_settings: EmbedderSettings | None = None) -> FastAPI:
     api = api_settings or ApiSettings.from_env()
+    search_settings = search_settings or SearchSettings.from_env()
+    embedder_settings = embedder_settings or EmbedderSettings.from_env()
     traces = traces if traces is not None else tracing.setup("walfeed-api")
 
     @asynccontextmanager
@@ -41,6 +47,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
         app.state.replica = await _open_replica(api, options, app.state.registry, pool)
+        await app.state.search.start(settings.database_url, pool, embedder_settings)
         live = mastodon.live_feed(app, settings, pool, options) if api.mastodon_api else None
         caches = Caches(app.state.token_cache, *([app.state.mastodon_grants] if api.mastodon_api else []))
         listener = (asyncio.create_task(revocations.listen(settings.database_url, caches, options))
@@ -54,6 +61,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await listener
+            await app.state.search.stop()
             await pool.close()
             if app.state.replica is not None:
                 await app.state.replica.pool.close()
@@ -71,7 +79,9 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     app.state.events_exchange = Topology(settings.amqp_prefix).events_exchange
     app.state.registry = CollectorRegistry()
     app.state.scrape_registry = scrape_registry(app.state.registry)
-    for router in (users.router, posts.router, feed.router, notifications.router, webhooks.router, health.router):
+    app.state.search = Search(search_settings, app.state.registry)  # started by the lifespan
+    for router in (users.router, posts.router, feed.router, notifications.router, webhooks.router, search.router,
+                   health.router):
         app.include_router(router)
     if not api.metrics_port:  # else main.py serves them on the internal port
         app.include_router(health.metrics_router)

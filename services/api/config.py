@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from services.api import search_config
 from services.api.ratelimit import Quota
 from services.core import ssrf
 from services.core.settings import (
@@ -120,6 +121,8 @@ SETTINGS: Final[tuple[Declared, ...]] = (
     AUTH_CACHE_SECONDS, METRICS_PORT, METRICS_HOST, DOCS, SIGNUP_LIMIT, SIGNUP_WINDOW, WRITE_LIMIT, WRITE_WINDOW,
     READ_URL, READ_AFTER_WAIT, READ_AFTER_MEMORY, REPLICA_RETRY, SECRET_OVERLAP, *ssrf.SETTINGS,
     FORWARDED_ALLOW_IPS, MASTODON_API, STREAMS_MAX, STREAM_BUFFER, STREAM_HEARTBEAT)
+# Search's, listed with the api's in docs/settings.md (services/cli/settings_doc.py imports only a config).
+SEARCH_SETTINGS: Final = search_config.SETTINGS
 
 DEFAULT_SIGNUPS: Final = Quota("signup", SIGNUP_LIMIT.default_value(), SIGNUP_WINDOW.default_value())
 DEFAULT_WRITES: Final = Quota("write", WRITE_LIMIT.default_value(), WRITE_WINDOW.default_value())

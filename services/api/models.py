@@ -293,3 +293,25 @@ def delivery_from_row(row: dict[str, Any]) -> Delivery:
                     attempts=row["attempts"], last_status_code=row["last_status_code"], last_error=row["last_error"],
                     next_attempt_at=_optional_time(row["next_attempt_at"]), created_at=rfc3339(row["created_at"]),
                     updated_at=rfc3339(row["updated_at"]))
+
+
+# Search (docs/api.md "Search", docs/search.md).
+
+class SearchHit(Post):
+    score: float = Field(description="how well the post matches, higher is better; comparable within one answer only "
+                                     "(text: ts_rank_cd; semantic: cosine similarity; hybrid: reciprocal rank fusion)")
+
+
+class SearchPage(BaseModel):
+    items: list[SearchHit]
+    next_cursor: str | None = Field(description="the next page of this same query; null on the last page")
+    mode: Literal["hybrid", "semantic", "text"] = Field(description="the mode that answered")
+    degraded: Literal["embedder-off", "embedder-unavailable", "index-loading", "model-incomplete"] | None = Field(
+        description="why a semantic or hybrid search answered from text alone; null when it answered as asked")
+
+
+def search_page_json(hits: list[tuple[dict[str, Any], float]], next_cursor: str | None, mode: str,
+                     degraded: str | None) -> bytes:
+    """A SearchPage of (posts row, score) as JSON, built directly as page_json is."""
+    return orjson.dumps({"items": [{**_post_fields(row), "score": score} for row, score in hits],
+                         "next_cursor": next_cursor, "mode": mode, "degraded": degraded})

@@ -54,6 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=api_config.PORT.default_value())
     up.add_argument("--workers", type=int, default=1, help="worker processes to start")
 
+    sub.add_parser("embedder", help="the embedding consumer: post vectors for semantic search, best effort")
+    embed = sub.add_parser("embed", help="post vectors for semantic search")
+    embed_what = embed.add_subparsers(dest="embed_command", required=True, metavar="ACTION")
+    backfill = embed_what.add_parser("backfill", help="a vector for every live post without one, online, resumable")
+    backfill.add_argument("--model", help="overrides WALFEED_EMBEDDER_MODEL: fill this model's vectors (for ollama "
+                          "or openai) before search switches to it")
+    backfill.add_argument("--batch-size", type=int, help="posts per batch; overrides WALFEED_EMBED_BATCH_SIZE")
+    backfill.add_argument("--from-start", action="store_true", help="look at every post again, not only those "
+                          "above the model's position")
+
     status = sub.add_parser("status", help="slot lag, queue depths, dead letters")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -101,6 +111,7 @@ _OVERRIDES = {
     "celebrity_threshold": "WALFEED_CELEBRITY_THRESHOLD",
     "api_workers": "WALFEED_API_WORKERS",  # `api --workers` (`up --workers` counts worker processes)
     "log_level": "WALFEED_LOG_LEVEL",
+    "model": "WALFEED_EMBEDDER_MODEL",  # `embed backfill --model`
 }
 
 
@@ -171,6 +182,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from services.cli import prune
 
         return prune.run_notifications(settings, args)
+    if args.command == "embedder":
+        from services.embedder import main as embedder_main
+
+        return embedder_main.run(settings)
+    if args.command == "embed":
+        from services.embedder import main as embedder_main
+
+        return embedder_main.run_backfill(settings, from_start=args.from_start, batch_size=args.batch_size)
     if args.command == "rebuild":
         return _run_rebuild(args, settings)
     raise AssertionError(args.command)

@@ -2,9 +2,10 @@
 
 Postgres roles (cluster-wide), from one prefix (`WALFEED_ROLE_PREFIX`, default `walfeed`):
 `{prefix}_owner` owns the database and its schema and cannot log in (migrations `SET ROLE` to it);
-`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery` log in, own nothing,
-and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`, `{prefix}_worker`,
-`{prefix}_notifier` and `{prefix}_delivery`, with the permissions of `amqp_permissions`.
+`{prefix}_api`, `{prefix}_relay`, `{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery`, `{prefix}_embedder`
+log in, own nothing, and hold the grants of db/roles/grants.sql. RabbitMQ users (broker-wide): `{prefix}_relay`,
+`{prefix}_worker`, `{prefix}_notifier`, `{prefix}_delivery` and `{prefix}_embedder`, with the permissions of
+`amqp_permissions`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from services.core import queues
 from services.core.settings import Declared, Env, OptionalStr, Secret, SettingsError, Str
 from services.core.topology import DELIVERY_CHANNELS, Topology
 
-PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
+PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery", "embedder")
 # the api reads events for the Mastodon live stream only (services/api/mastodon/stream_queue.py, docs/adr/0140)
-AMQP_PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery")
+AMQP_PROCESSES: Final = ("api", "relay", "worker", "notifier", "delivery", "embedder")
 
 # Each login role's statement_timeout: well above the longest statement the process runs normally, so a runaway
 # statement (a lock queue, a bad plan) is cut off instead of holding a connection and its locks.
@@ -33,6 +34,7 @@ STATEMENT_TIMEOUTS: Final[Mapping[str, str]] = {
     "worker": "60s",  # one fan-out chunk, a backfill or a trim of a batch of timelines
     "notifier": "30s",  # one batch of notifications with their deliveries (index lookups and inserts)
     "delivery": "10s",  # single-row reads and updates by key; the HTTP or SMTP call holds no statement open
+    "embedder": "30s",  # one batch of bodies by id, one upsert of their vectors, a backfill's scan of a batch
 }
 
 MIN_PASSWORD_LENGTH: Final = 16
@@ -67,7 +69,7 @@ def password_variables() -> tuple[str, ...]:
 
 
 _WHOSE: Final = {"api": "the api's", "relay": "the relay's", "worker": "the worker's", "notifier": "the notifier's",
-                 "delivery": "the delivery workers'"}
+                 "delivery": "the delivery workers'", "embedder": "the embedder's"}
 ROLE_PREFIX: Final = Str("WALFEED_ROLE_PREFIX", "walfeed",
                          "prefix of the role and broker user names (`{prefix}_api`, ...)", _PREFIX)
 DB_PASSWORDS: Final = {p: Secret(db_password_variable(p), f"password of {_WHOSE[p]} Postgres role", MIN_PASSWORD_LENGTH)
@@ -141,6 +143,8 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
     api: declare the events exchange (configure, as every process that binds there) and its live-stream queues
     `{prefix}.stream.<hex>` (configure); bind them (write on the queue, read on the events exchange) and consume
     them (read); publish nothing (docs/adr/0140).
+    embedder: declare (configure) the grouped exchange and its one queue, bind it there (write on the queue, read on
+    the exchange) and consume it (read); it publishes nothing.
     With quorum queues (docs/adr/0090) a delivery work queue dead-letters into its dead queue through the deliveries
     settle exchange, and the broker lets a process declare it so only with read on the queue and write on that
     exchange: the notifier gets both (it still never consumes them).
@@ -170,6 +174,11 @@ def amqp_permissions(topology: Topology, queue_type: str = queues.CLASSIC) -> di
             configure=_exactly(t.events_exchange, *deliveries),
             write=_exactly(*deliveries),
             read=_exactly(t.events_exchange, *deliveries),
+        ),
+        "embedder": Permissions(
+            configure=_exactly(t.grouped_exchange, t.embedder_queue),
+            write=_exactly(t.embedder_queue),
+            read=_exactly(t.grouped_exchange, t.embedder_queue),
         ),
     }
 

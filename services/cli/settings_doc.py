@@ -22,6 +22,7 @@ from services.cli import ops_args, roles
 from services.core import logs, settings, tracing
 from services.core.settings import Declared
 from services.delivery import config as delivery
+from services.embedder import config as embed
 from services.embedding import config as embedder
 from services.notifier import config as notifier
 from services.worker import config as worker
@@ -132,6 +133,8 @@ SECTIONS: Final = (
             "the outbox rows still get their trace context and the log lines their `trace_id`.",
             tracing.SETTINGS),
     Section("## api (`walfeed api`)", "`services/api/config.py`, and the `api` command's flags.", api.SETTINGS),
+    Section("", "Search (`GET /v1/search`, `services/api/search_config.py`; the model of its queries is the embedder's "
+            "below, docs/search.md):", api.SEARCH_SETTINGS),
     Section("## relay (`walfeed relay`)", "`services/cdc_relay/config.py`.", relay.SETTINGS),
     Section("", "With `walfeed relay --source poll` (`services/cdc_relay/poll_policy.py`; window, metrics, shutdown "
             "and blocked timeouts are the relay's above):", relay.POLL_SETTINGS),
@@ -150,10 +153,14 @@ SECTIONS: Final = (
     Section("## bootstrap-roles (`walfeed bootstrap-roles`, `walfeed up`)",
             "`services/cli/roles.py`. Run with a Postgres superuser as `WALFEED_DATABASE_URL` and the broker's admin "
             "rights.", roles.SETTINGS, "`walfeed up` generates, for its run, any password not set."),
-    Section("## embedder (`services/embedding`, for the coming search consumer)",
+    Section("## embedder (`walfeed embedder`, `walfeed embed backfill`)",
+            "`services/embedder/config.py` (docs/search.md, docs/adr/0124-embedder-best-effort-consumer.md).",
+            embed.SETTINGS),
+    Section("## embedding model (`services/embedding`: the api's queries, the embedder's posts)",
             "`services/embedding/config.py`: which embedder turns posts and queries into vectors (docs/search.md, "
-            "docs/adr/0120-local-embedding-model.md). No process reads these yet; the search consumer will.",
-            embedder.SETTINGS),
+            "docs/adr/0120-local-embedding-model.md). The api embeds search queries with it, the embedder and the "
+            "backfill embed posts with it: give them the same values, or search finds no vectors of its model and "
+            "answers from text (`model-incomplete`).", embedder.SETTINGS),
     Section("## Tests and benchmarks", "Read by the test harness, scripts and benchmarks, not by walfeed's processes.",
             _HARNESS),
 )

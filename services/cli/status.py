@@ -6,7 +6,7 @@ import contextlib
 import logging
 import sys
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pika
@@ -15,8 +15,9 @@ import psycopg
 
 from services.core import durations, retention, slots
 from services.core.amqp import node_parameters
-from services.core.settings import Settings
+from services.core.settings import Settings, SettingsError
 from services.core.topology import DELIVERY_CHANNELS, DELIVERY_RETRY_DELAYS_MS, Topology
+from services.embedder import main as embedder_main
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def _watched(topology: Topology) -> list[tuple[str, tuple[str, ...], str]]:
     then per delivery channel its work queue, its retry queues as one line, its dead queue."""
     lines: list[tuple[str, tuple[str, ...], str]] = [(q, (q,), "start a worker") for q in topology.queues()]
     lines += [(q, (q,), "start `walfeed notifier`") for q in topology.notifier.queues()]
+    lines.append((topology.embedder_queue, (topology.embedder_queue,), "start `walfeed embedder`"))
     for channel in DELIVERY_CHANNELS:
         hint = f"start `walfeed deliver --channel {channel}`"
         retries = tuple(topology.delivery_retry_queue(channel, d) for d in DELIVERY_RETRY_DELAYS_MS)
@@ -116,6 +118,53 @@ def queue_status(settings: Settings) -> list[QueueStatus]:
     return result
 
 
+@dataclass(frozen=True)
+class EmbeddingStatus:
+    """One model's vectors: the configured one (WALFEED_EMBEDDER), and every model a backfill has run for."""
+
+    model: str
+    configured: bool
+    live_posts: int | None = None
+    embedded: int | None = None
+    lag_seconds: float | None = None  # age of the oldest live post without a vector (0: none missing)
+    backfill_position: int | None = None
+    complete: bool | None = None  # search uses the model (docs/adr/0123)
+    error: str | None = None
+
+
+def embedding_status(settings: Settings, now: datetime | None = None) -> list[EmbeddingStatus]:
+    try:
+        configured, found = embedder_main.coverage(settings.database_url)
+    except SettingsError as exc:
+        return [EmbeddingStatus("?", True, error=str(exc))]
+    except psycopg.Error as exc:  # the database down, or not migrated yet (the message says to run migrate)
+        return [EmbeddingStatus("-", True, error=str(exc).strip())]
+    moment = now or datetime.now(UTC)
+    return [EmbeddingStatus(c.model, c.model == configured, c.live, c.embedded,
+                            (moment - c.oldest_missing).total_seconds() if c.oldest_missing else 0.0,
+                            c.position, c.complete_at is not None) for c in found]
+
+
+def render_embeddings(models: list[EmbeddingStatus]) -> list[str]:
+    lines = ["EMBEDDINGS"]
+    if not models:
+        lines.append("  WALFEED_EMBEDDER=off: no model")
+    for m in models:
+        mark = " (WALFEED_EMBEDDER)" if m.configured else ""
+        if m.error:
+            lines.append(f"  {m.model}{mark}: {m.error}")
+            continue
+        assert m.live_posts is not None and m.embedded is not None and m.lag_seconds is not None
+        share = f"{100 * m.embedded / m.live_posts:.1f}%" if m.live_posts else "100%"
+        search = ("search uses it" if m.complete else
+                  "backfill not complete: search answers from text (`walfeed embed backfill`)")
+        lag = durations.render(timedelta(seconds=m.lag_seconds)) if m.lag_seconds else "none"
+        position = "-" if m.backfill_position is None else m.backfill_position
+        lines.append(f"  {m.model}{mark}: {m.embedded} of {m.live_posts} live posts ({share}), oldest without a "
+                     f"vector: {lag}; backfill at post {position}, {search}")
+    return lines
+
+
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
@@ -142,7 +191,7 @@ def render_tables(tables: TablesStatus, now: datetime) -> list[str]:
 
 
 def render(slot: SlotStatus, queues: list[QueueStatus], tables: TablesStatus | None = None,
-           now: datetime | None = None) -> str:
+           now: datetime | None = None, embeddings: list[EmbeddingStatus] | None = None) -> str:
     lines = ["REPLICATION SLOT"]
     if not slot.exists:
         lines.append(f"  {slot.name}: {slot.error}")
@@ -162,16 +211,20 @@ def render(slot: SlotStatus, queues: list[QueueStatus], tables: TablesStatus | N
             lines.append(f"  {q.name:<44} {q.messages:>9} messages {q.consumers:>3} consumers{warn}")
     if tables is not None:
         lines += render_tables(tables, now or datetime.now(UTC))
+    if embeddings is not None:
+        lines += render_embeddings(embeddings)
     return "\n".join(lines)
 
 
 def run(settings: Settings, *, as_json: bool = False) -> int:
     logging.getLogger("pika").setLevel(logging.CRITICAL)  # a missing queue is reported below, not as a warning
     slot, queues, tables = slot_status(settings), queue_status(settings), tables_status(settings)
+    embeddings = embedding_status(settings)
     if as_json:
         sys.stdout.write(orjson.dumps({"slot": asdict(slot), "queues": [asdict(q) for q in queues],
-                                       "tables": asdict(tables)}, option=orjson.OPT_INDENT_2).decode() + "\n")
+                                       "tables": asdict(tables), "embeddings": [asdict(e) for e in embeddings]},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(render(slot, queues, tables))
+        print(render(slot, queues, tables, embeddings=embeddings))
     healthy = slot.exists and not any(q.error and "unreachable" in q.error for q in queues)
     return 0 if healthy else 1

@@ -1,8 +1,9 @@
 """`walfeed up`: the whole system on one terminal, for local development.
 
 Checks the infrastructure, runs `walfeed bootstrap-roles` (roles, schema, grants, slot, broker users: it needs the
-admin rights that command needs), then runs api, relay, worker, notifier and the webhook delivery worker (and the
-email one when WALFEED_SMTP_URL is set) as child processes, each connected as its own role, with their output
+admin rights that command needs), then runs api, relay, worker, notifier, the webhook delivery worker (and the
+email one when WALFEED_SMTP_URL is set) and the embedder (the local model, unless WALFEED_EMBEDDER says otherwise;
+none when it is `off`) as child processes, each connected as its own role, with their output
 interleaved behind the process name. A role password not set in the environment (WALFEED_*_DB_PASSWORD,
 WALFEED_*_AMQP_PASSWORD) is generated for this run and set again by the bootstrap. Ctrl-C (or SIGTERM) stops all of
 them; if one dies on its own, the others are stopped too and its exit code is returned, so a broken set-up is never
@@ -52,6 +53,8 @@ def run(settings: Settings, *, host: str, port: int, workers: int) -> int:
     commands["notifier"] = ["notifier"]
     for channel in ("webhook", "email") if environ.get("WALFEED_SMTP_URL") else ("webhook",):
         commands[f"deliver-{channel}"] = ["deliver", "--channel", channel]
+    if environ.get("WALFEED_EMBEDDER", "local").lower() != "off":
+        commands["embedder"] = ["embedder"]
     envs = {name: process_environ(environ, settings.database_url, settings.amqp_url, roles, _role(args[0]))
             for name, args in commands.items()}
     width = max(map(len, commands))

@@ -61,3 +61,11 @@ def dead_queue(queue_type: str, max_length: int) -> Arguments:
     """A dead queue: bounded, refusing publishes when full (never dropping what it holds)."""
     kind: Arguments = {"x-queue-type": QUORUM} if queue_type == QUORUM else {}
     return {"x-max-length": max_length, "x-overflow": "reject-publish", **kind}
+
+
+def best_effort_queue(queue_type: str, max_length: int) -> Arguments:
+    """A work queue whose consumer may fall behind for good without harm (the embedder's: what it misses, its
+    backfill does): bounded, the oldest message dropped when full (`drop-head`, not `reject-publish`: a refused
+    publish would make the relay retry and hold the fan-out's events back). No dead-lettering."""
+    kind: Arguments = {"x-queue-type": QUORUM} if queue_type == QUORUM else {}
+    return {"x-max-length": max_length, "x-overflow": "drop-head", **kind}

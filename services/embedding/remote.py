@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 
 from services.embedding import vectors
-from services.embedding.protocol import EmbedderUnavailable, Vectors
+from services.embedding.protocol import CONNECTION, HTTP_STATUS, TIMEOUT, EmbedderUnavailable, Vectors
 
 _PROBE = "dimension probe"
 
@@ -83,11 +83,12 @@ class _HttpEmbedder:
             response = self._client.post(self._path, content=orjson.dumps(body),
                                          headers={"Content-Type": "application/json"})
         except httpx.TimeoutException:
-            raise EmbedderUnavailable(f"{where} did not answer within {self._client.timeout.read}s") from None
+            raise EmbedderUnavailable(f"{where} did not answer within {self._client.timeout.read}s", TIMEOUT) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise EmbedderUnavailable(f"{where}: {type(exc).__name__}: {exc}") from None
+            raise EmbedderUnavailable(f"{where}: {type(exc).__name__}: {exc}", CONNECTION) from None
         if response.status_code != 200:
-            raise EmbedderUnavailable(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
+            raise EmbedderUnavailable(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}",
+                                      HTTP_STATUS)
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError:

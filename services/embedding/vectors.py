@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.embedding.protocol import EmbedderUnavailable, Vectors
+from services.embedding.protocol import DIMENSION, EmbedderUnavailable, Vectors
 
 
 def normalise(rows: npt.NDArray[Any]) -> Vectors:
@@ -46,7 +46,8 @@ def matrix(rows: Any, count: int, dimension: int | None) -> Vectors:
         if expected is None:
             expected = len(row)
         if len(row) != expected:
-            raise EmbedderUnavailable(f"vector {number} has {len(row)} dimensions, expected {expected}")
+            raise EmbedderUnavailable(f"vector {number} has {len(row)} dimensions, expected {expected}",
+                                      DIMENSION)
         for value in row:
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise EmbedderUnavailable(f"vector {number} has a component that is not a finite number: {value!r}"
@@ -54,3 +55,24 @@ def matrix(rows: Any, count: int, dimension: int | None) -> Vectors:
     if not rows:
         return np.zeros((0, dimension or 0), dtype=np.float32)
     return normalise(np.array(rows, dtype=np.float64))
+
+
+# How post_embeddings stores a vector (db/init/020_search.sql): float32, little-endian, `dimension` of them.
+STORED_DTYPE = np.dtype("<f4")
+
+
+def to_stored(rows: Vectors) -> list[bytes]:
+    """Each row as the bytes of its `vector` column."""
+    little = np.ascontiguousarray(rows, dtype=STORED_DTYPE)
+    return [row.tobytes() for row in little]
+
+
+def from_stored(blobs: list[bytes], dimension: int) -> Vectors:
+    """Stored vectors of `dimension` as a float32 matrix; a blob of another length is refused (ValueError)."""
+    size = dimension * STORED_DTYPE.itemsize
+    for number, blob in enumerate(blobs):
+        if len(blob) != size:
+            raise ValueError(f"stored vector {number} has {len(blob)} bytes, expected {size}")
+    if not blobs:
+        return np.zeros((0, dimension), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=STORED_DTYPE).reshape(len(blobs), dimension).astype(np.float32)

@@ -33,7 +33,8 @@ def test_up_serves_the_pipeline_under_the_app_roles_and_ctrl_c_stops_every_child
     base = f"http://127.0.0.1:{port}"
     eventually(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout=60, what="api ready under up")
     children = children_of(up.pid)
-    assert len(children) == 5, children  # api, relay, worker, notifier, the webhook delivery worker (no SMTP set)
+    assert len(children) == 6, children  # api, relay, worker, notifier, the webhook delivery worker (no SMTP set),
+    # the embedder
 
     with httpx.Client(base_url=base, timeout=10) as api:
         user = api.post("/v1/users", json={"handle": "newcomer"}).json()
@@ -45,10 +46,10 @@ def test_up_serves_the_pipeline_under_the_app_roles_and_ctrl_c_stops_every_child
     with psycopg.connect(database_url, autocommit=True) as conn:
         users = {r[0] for r in conn.execute("SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = "
                                             "current_database() AND pid <> pg_backend_pid()").fetchall()}
-    assert users == {up_roles.roles.login(p) for p in ("api", "relay", "worker", "notifier", "delivery")}
+    assert users == {up_roles.roles.login(p) for p in ("api", "relay", "worker", "notifier", "delivery", "embedder")}
 
     assert up.stop(signal.SIGINT, timeout=40) == 0, up.log()[-3000:]
     assert not any(alive(child) for child in children)
     log = up.log()
-    for name in ("api", "relay", "worker", "notifier", "deliver-webhook"):
+    for name in ("api", "relay", "worker", "notifier", "deliver-webhook", "embedder"):
         assert f"{name} " in log

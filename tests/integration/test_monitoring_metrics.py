@@ -1,6 +1,7 @@
 """Every metric name deploy/prometheus/alerts.yml and deploy/grafana/walfeed.json use is served by a real process:
-the api, the relay and the worker started as `walfeed` subprocesses, and RabbitMQ's rabbitmq_prometheus plugin
-(enabled by scripts/setup-infra.sh), scraped the way deploy/prometheus/prometheus.yml scrapes them."""
+the api, the relay, the worker and the embedder started as `walfeed` subprocesses, and RabbitMQ's
+rabbitmq_prometheus plugin (enabled by scripts/setup-infra.sh), scraped the way deploy/prometheus/prometheus.yml
+scrapes them."""
 
 from __future__ import annotations
 
@@ -53,19 +54,24 @@ def _served_at(url: str) -> set[str]:
 
 
 def test_every_metric_the_alerts_and_the_dashboard_use_is_served(processes: Processes) -> None:
-    api_port, relay_port, worker_port = free_port(), free_port(), free_port()
+    api_port, relay_port, worker_port, embedder_port = free_port(), free_port(), free_port(), free_port()
     processes.start("api", "api", "--port", str(api_port))
     processes.start("relay", "relay", env={"WALFEED_RELAY_METRICS_PORT": str(relay_port),
                                            "WALFEED_RELAY_LAG_INTERVAL": "0.5"})
     processes.start("worker", "worker", env={"WALFEED_WORKER_METRICS_PORT": str(worker_port)})
+    processes.start("embedder", "embedder", env={"WALFEED_EMBEDDER_METRICS_PORT": str(embedder_port)})
     endpoints = {"api": f"http://127.0.0.1:{api_port}/metrics", "relay": f"http://127.0.0.1:{relay_port}/metrics",
-                 "worker": f"http://127.0.0.1:{worker_port}/metrics", "rabbitmq": _rabbitmq_url()}
+                 "worker": f"http://127.0.0.1:{worker_port}/metrics",
+                 "embedder": f"http://127.0.0.1:{embedder_port}/metrics", "rabbitmq": _rabbitmq_url()}
+    # One request first: the api's labelled request metrics have their first sample only once one was counted.
+    eventually(lambda: httpx.get(f"http://127.0.0.1:{api_port}/healthz").status_code == 200, timeout=60,
+               what="api up")
     names: dict[str, set[str]] = {}
     for process, url in endpoints.items():
         names[process] = eventually(functools.partial(_served_at, url), timeout=60, what=f"{process} /metrics")
 
     wanted = used()
-    assert {n.split("_")[1] for n in wanted if n.startswith("walfeed_")} == {"api", "relay", "worker"}
+    assert {n.split("_")[1] for n in wanted if n.startswith("walfeed_")} == {"api", "relay", "worker", "embedder"}
     assert any(n.startswith("rabbitmq_") for n in wanted)
     everything = set().union(*names.values())
     assert wanted <= everything, f"used but served by no process: {sorted(wanted - everything)}"

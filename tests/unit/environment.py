@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from services.api.config import ApiSettings, listen_address
+from services.api.search_config import SearchSettings
 from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.poll_policy import PollSettings
 from services.cli.ops_args import RETENTION
@@ -16,6 +17,7 @@ from services.cli.roles import RoleSettings, password_variables
 from services.core.logs import log_format, log_level
 from services.core.settings import Env, Settings
 from services.delivery.config import DeliverySettings
+from services.embedder.config import EmbedSettings
 from services.embedding.config import EmbedderSettings
 from services.notifier import config as notifier_config
 from services.worker import config as worker_config
@@ -40,7 +42,8 @@ def variables_read() -> set[str]:
     environ["WALFEED_API_PUBLIC_URL"] = "https://walfeed.example.com"  # and needs this one
     for from_env in (Settings.from_env, ApiSettings.from_env, RelaySettings.from_env, PollSettings.from_env,
                      worker_config.from_env, notifier_config.from_env, RoleSettings.from_env, log_format,
-                     log_level, listen_address, EmbedderSettings.from_env):
+                     log_level, listen_address, EmbedderSettings.from_env, SearchSettings.from_env,
+                     EmbedSettings.from_env):
         from_env(environ)
     RETENTION.read(Env(environ))  # prune-notifications reads it when no --older-than is given
     DeliverySettings.from_env("email", environ)

@@ -99,6 +99,16 @@ def test_the_delivery_user_may_use_only_its_queues_and_settle_exchange() -> None
     assert not _allows(delivery.write, "wf.events") and _allows(delivery.read, "wf.events")
 
 
+def test_the_embedder_user_may_consume_its_queue_and_publish_nothing() -> None:
+    t = Topology("wf")
+    embedder = amqp_permissions(t)["embedder"]
+    names = ["wf.embedder", "wf.events.grouped", "wf.events", "wf.fanout", "wf.fanout.settle", "amq.default",
+             "wf.embedderX", "wf.notifier"]
+    assert [n for n in names if _allows(embedder.configure, n)] == ["wf.embedder", "wf.events.grouped"]
+    assert [n for n in names if _allows(embedder.write, n)] == ["wf.embedder"]  # binding it; no exchange to publish to
+    assert [n for n in names if _allows(embedder.read, n)] == ["wf.embedder", "wf.events.grouped"]
+
+
 def test_each_process_gets_its_own_credentials_and_none_of_the_bootstrap_secrets() -> None:
     roles = RoleSettings.from_env({**PASSWORDS, "WALFEED_ROLE_PREFIX": "acme"})
     environ = {**PASSWORDS, "WALFEED_RABBITMQ_MANAGEMENT_URL": "http://admin:s3cret@mq:15672", "KEEP": "1"}

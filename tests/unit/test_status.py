@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from services.cli.status import QueueStatus, SlotStatus, TablesStatus, _size, render
+from services.cli.status import EmbeddingStatus, QueueStatus, SlotStatus, TablesStatus, _size, render
 
 
 def test_sizes_read_like_a_person_writes_them() -> None:
@@ -37,3 +37,15 @@ def test_the_outbox_and_processed_records_show_their_size_and_oldest_row() -> No
     assert "~40 rows, 16.0 kB" in processed
     assert render(SlotStatus("walfeed", exists=False, error="x"), [], TablesStatus(error="connection refused"),
                   now).splitlines()[-1] == "  connection refused"
+
+
+def test_embeddings_show_coverage_lag_and_whether_search_uses_the_model() -> None:
+    text = render(SlotStatus("walfeed", exists=False, error="x"), [], embeddings=[
+        EmbeddingStatus("all-MiniLM-L6-v2-int8", True, 200, 150, 90.0, 120, True),
+        EmbeddingStatus("ollama:nomic", False, 200, 20, 86_400.0, 30, False)])
+    local, ollama = text.splitlines()[-2:]
+    assert "(WALFEED_EMBEDDER): 150 of 200 live posts (75.0%)" in local and "1m30s" in local
+    assert "search uses it" in local and "backfill at post 120" in local
+    assert "ollama:nomic: 20 of 200" in ollama and "search answers from text" in ollama
+    assert render(SlotStatus("walfeed", exists=False, error="x"), [], embeddings=[]).splitlines()[-1] == (
+        "  WALFEED_EMBEDDER=off: no model")

@@ -24,7 +24,7 @@ HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome":
 # What each command needs: its database role's URL, its broker user's URL (the api's for its live stream), the SMTP
 # relay's.
 URLS = {"WALFEED_DATABASE_URL", "WALFEED_AMQP_URL"}
-COMMANDS = {"api": URLS, "relay": URLS, "worker": URLS, "notifier": URLS,
+COMMANDS = {"api": URLS, "relay": URLS, "worker": URLS, "notifier": URLS, "embedder": URLS,
             "deliver --channel webhook": URLS, "deliver --channel email": {*URLS, "WALFEED_SMTP_URL"}}
 INTERNET = {"deliver --channel webhook"}  # webhooks are anywhere; the process checks addresses itself (ssrf.py)
 

@@ -19,6 +19,7 @@ from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
 from services.core.settings import Settings
+from services.embedding.config import EmbedderSettings
 from testkit.processes import free_port
 from testkit.waiting import eventually
 
@@ -44,9 +45,14 @@ def serve(app: FastAPI) -> Iterator[str]:
         thread.join(20)
 
 
+# No embedder in the api under test (semantic searches answer from text, `degraded`): loading the model costs each
+# app ~0.5 s of CPU. tests/integration/search serves apps with the real model.
+NO_EMBEDDER = EmbedderSettings(kind="off")
+
+
 @pytest.fixture
 def api_url(settings: Settings) -> Iterator[str]:
-    with serve(create_app(settings, TEST_API)) as url:
+    with serve(create_app(settings, TEST_API, embedder_settings=NO_EMBEDDER)) as url:
         yield url
 
 

@@ -48,23 +48,26 @@ def test_an_answer_of_another_dimension_than_the_first_is_refused(adapter: type[
     embedder = adapter(server.url, "m", timeout=5)
     embedder.embed(["a"])
     server.dimension = 7
-    with pytest.raises(EmbedderUnavailable, match="7 dimensions, expected 8"):
+    with pytest.raises(EmbedderUnavailable, match="7 dimensions, expected 8") as refused:
         embedder.embed(["b"])
+    assert refused.value.kind == "dimension"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_a_slow_server_is_a_timeout(adapter: type[OllamaEmbedder], server: EmbeddingServer) -> None:
     server.mode = "slow"
-    with pytest.raises(EmbedderUnavailable, match=r"did not answer within 0\.3s"):
+    with pytest.raises(EmbedderUnavailable, match=r"did not answer within 0\.3s") as refused:
         adapter(server.url, "m", timeout=0.3).embed(["a"])
+    assert refused.value.kind == "timeout"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_an_http_error_is_reported_with_its_status_and_body(adapter: type[OllamaEmbedder],
                                                             server: EmbeddingServer) -> None:
     server.mode = "error"
-    with pytest.raises(EmbedderUnavailable, match=r"HTTP 500.*model not loaded"):
+    with pytest.raises(EmbedderUnavailable, match=r"HTTP 500.*model not loaded") as refused:
         adapter(server.url, "m", timeout=5).embed(["a"])
+    assert refused.value.kind == "http-status"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
@@ -79,8 +82,9 @@ def test_a_closed_port_is_a_refused_connection(adapter: type[OllamaEmbedder]) ->
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(EmbedderUnavailable, match="ConnectError"):
+    with pytest.raises(EmbedderUnavailable, match="ConnectError") as refused:
         adapter(f"http://127.0.0.1:{port}", "m", timeout=5).embed(["a"])
+    assert refused.value.kind == "connection"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)

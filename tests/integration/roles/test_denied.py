@@ -38,6 +38,10 @@ DENIED: dict[str, list[LiteralString]] = {
         "SELECT * FROM webhooks",
         "UPDATE webhooks SET previous_secret = secret",
         "UPDATE webhooks SET url = 'https://attacker.example'",
+        # search reads vectors; only the embedder writes them (and the owner's tombstone trigger)
+        "INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (1, 'm', 1, '\\x00000000')",
+        "UPDATE post_embeddings SET vector = NULL",
+        "DELETE FROM post_embeddings",
     ],
     "relay": [
         "SELECT * FROM users",
@@ -78,6 +82,16 @@ DENIED: dict[str, list[LiteralString]] = {
         "DELETE FROM deliveries",
         "SELECT token_hash FROM users",
         "SELECT * FROM walfeed_rotate_webhook_secret(1, 1, 'whsec_forged', 0)",
+    ],
+    "embedder": [  # bodies and its own vectors only (020_search.sql)
+        "UPDATE posts SET body = 'forged'",
+        "UPDATE posts SET deleted_at = NULL",
+        "SELECT author_id FROM posts",
+        "SELECT token_hash FROM users",
+        "DELETE FROM post_embeddings",
+        "UPDATE post_embeddings SET post_id = 1",
+        "SELECT * FROM timelines",
+        "SELECT * FROM outbox",
     ],
 }
 
@@ -134,6 +148,7 @@ def test_roles_have_no_admin_attributes_and_a_statement_timeout(role_env: RoleEn
         roles.login("worker"): (False, False, False, True, False, False, ["statement_timeout=60s"]),
         roles.login("notifier"): (False, False, False, True, False, False, ["statement_timeout=30s"]),
         roles.login("delivery"): (False, False, False, True, False, False, ["statement_timeout=10s"]),
+        roles.login("embedder"): (False, False, False, True, False, False, ["statement_timeout=30s"]),
     }
 
 
