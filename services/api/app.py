@@ -47,7 +47,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         await pool.open(wait=False)  # start even while the database is down: /readyz tells
         app.state.pool = pool
         app.state.replica = await _open_replica(api, options, app.state.registry, pool)
-        await app.state.search.start(settings.database_url, pool, embedder_settings)
+        await app.state.search.start(settings.database_url, pool)
         live = mastodon.live_feed(app, settings, pool, options) if api.mastodon_api else None
         caches = Caches(app.state.token_cache, *([app.state.mastodon_grants] if api.mastodon_api else []))
         listener = (asyncio.create_task(revocations.listen(settings.database_url, caches, options))
@@ -79,7 +79,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     app.state.events_exchange = Topology(settings.amqp_prefix).events_exchange
     app.state.registry = CollectorRegistry()
     app.state.scrape_registry = scrape_registry(app.state.registry)
-    app.state.search = Search(search_settings, app.state.registry)  # started by the lifespan
+    app.state.search = Search(search_settings, app.state.registry, embedder_settings)  # started by the lifespan
     for router in (users.router, posts.router, feed.router, notifications.router, webhooks.router, search.router,
                    health.router):
         app.include_router(router)

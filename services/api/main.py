@@ -142,13 +142,16 @@ _PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 
 
 def _end_with_supervisor() -> None:
-    """On Linux, this worker gets SIGTERM (a graceful stop) when its supervisor dies, however it died: a SIGKILLed
-    api leaves no orphan serving on its port."""
+    """On Linux, this worker is killed when its supervisor dies, however it died: a SIGKILLed api leaves no orphan
+    serving on its port. SIGKILL, not a graceful SIGTERM: the supervisor's death is abrupt already (a normal stop
+    is the supervisor's own, graceful, before it exits), and granian's worker, with the embedding model's native
+    threads loaded, could hang for good in its SIGTERM handler, the port held (1 run in 6 under load,
+    tests/integration/api/test_process.py)."""
     if not sys.platform.startswith("linux"):
         return
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # it died before the call above
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _serve_granian(host: str, port: int, workers: int, *, websockets: bool, streams: int) -> None:

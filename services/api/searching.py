@@ -15,19 +15,21 @@ from services.api.query_embedding import QueryEmbedder
 from services.api.search_config import SearchSettings
 from services.api.search_index import SearchIndex
 from services.embedding import config as embedder_config
-from services.embedding.protocol import EmbedderUnavailable
+from services.embedding.protocol import Embedder, EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 
 
 class Search:
-    def __init__(self, settings: SearchSettings, registry: CollectorRegistry) -> None:
+    def __init__(self, settings: SearchSettings, registry: CollectorRegistry,
+                 embedder_settings: embedder_config.EmbedderSettings) -> None:
         self.settings = settings
         self.queries: QueryEmbedder | None = None
         self.index: SearchIndex | None = None
         self.off_reason: str | None = search_plan.EMBEDDER_OFF
         self._task: asyncio.Task[None] | None = None
         self._registry = registry
+        self._embedder = self._load(embedder_settings)
         self.searches = Counter("walfeed_api_searches", "Searches answered, by the mode answered and why the vector "
                                 "half did not answer (degraded; none when it did)", ["mode", "degraded"],
                                 registry=registry)
@@ -42,15 +44,23 @@ class Search:
             return self.off_reason
         return self.index.unavailable
 
-    async def start(self, url: str, pool: Pool, embedder_settings: embedder_config.EmbedderSettings) -> None:
-        """Load the embedder (in a thread: the local model takes ~0.5 s) and start keeping the index."""
+    def _load(self, embedder_settings: embedder_config.EmbedderSettings) -> Embedder | None:
+        """The query embedder, loaded here, in the worker's main thread as the app is made, before the server
+        serves or handles signals (the local model: ~0.5 s). Loaded in a thread during the lifespan, a SIGTERM
+        arriving meanwhile (the supervisor's death: PR_SET_PDEATHSIG) hung granian's worker for good, its signal
+        handler blocked while onnxruntime was imported or its session created, the port still held
+        (tests/integration/api/test_process.py)."""
         try:
-            embedder = await asyncio.to_thread(embedder_config.build, embedder_settings, 1)
+            return embedder_config.build(embedder_settings, 1)
         except EmbedderUnavailable as exc:
             log.warning("search has no embedder: semantic and hybrid searches answer from text",
                         extra={"embedder": embedder_settings.kind, "error": exc.reason})
             self.off_reason = search_plan.EMBEDDER_UNAVAILABLE
-            return
+            return None
+
+    async def start(self, url: str, pool: Pool) -> None:
+        """Start keeping the index (a background task)."""
+        embedder = self._embedder
         if embedder is None:
             return
         self.queries = QueryEmbedder(embedder, self.settings.query_timeout)
