@@ -67,7 +67,7 @@ def _release_threads() -> None:
 
 
 def _load_int8(weights: Path, threads: int) -> Embed:
-    from services.embedding.local import LocalEmbedder
+    from services.core.embedding.local import LocalEmbedder
     return LocalEmbedder(weights, threads).embed
 
 

@@ -1,6 +1,6 @@
 """What search costs (docs/adr/0121, docs/search.md):
 
-- `embed`: posts embedded per second per core by the local model (services/embedding/local.py, one onnxruntime
+- `embed`: posts embedded per second per core by the local model (services/core/embedding/local.py, one onnxruntime
   thread, batches of WALFEED_EMBED_BATCH_SIZE=32 posts of the labelled set's lengths), wall time and CPU time;
 - `index`: one query's latency p50/p99 at N synthetic unit vectors (k = the hybrid depth, 50) through the api's
   index (services/api/vector_index.py: i8 HNSW, its lock, the conversion of the hits), against the ceiling, the
@@ -92,7 +92,7 @@ def index_costs(n: int, dimension: int, queries: int, runs: int) -> dict[str, An
 
 
 def embed_costs(posts: int, batch: int, runs: int) -> dict[str, Any]:
-    from services.embedding.local import LocalEmbedder
+    from services.core.embedding.local import LocalEmbedder
 
     bodies = [p["text"] for p in json.loads(DATA.read_text())["posts"]]
     texts = [f"{bodies[i % len(bodies)]} ({i})" for i in range(posts)]
@@ -179,8 +179,8 @@ def api_latency(posts: int, queries: int) -> dict[str, Any]:
     import httpx
 
     from bench.lib import infra
-    from services.embedding.local import DIMENSION, MODEL_ID
-    from services.embedding.vectors import to_stored
+    from services.core.embedding.local import DIMENSION, MODEL_ID
+    from services.core.embedding.vectors import to_stored
     from testkit.processes import free_port
     from testkit.waiting import eventually
 

@@ -1,5 +1,5 @@
 """A stand-in embedding server on 127.0.0.1 speaking Ollama's `POST /api/embed` and the OpenAI-compatible
-`POST /v1/embeddings`, for the tests of services/embedding/remote.py. What it answers is set by the test:
+`POST /v1/embeddings`, for the tests of services/core/embedding/remote.py. What it answers is set by the test:
 `mode` good, slow (holds the request until the server stops), error (HTTP 500), garbage (not JSON), or good with a
 `dimension` the test changes between calls."""
 

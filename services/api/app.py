@@ -24,9 +24,9 @@ from services.api.routes import feed, health, notifications, posts, search, user
 from services.api.search_config import SearchSettings
 from services.api.searching import Search
 from services.core import tracing
+from services.core.embedding.config import EmbedderSettings
 from services.core.settings import Settings
 from services.core.topology import Topology
-from services.embedding.config import EmbedderSettings
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 

@@ -13,7 +13,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from services.embedding.protocol import TIMEOUT, Embedder, EmbedderUnavailable
+from services.core.embedding.protocol import TIMEOUT, Embedder, EmbedderUnavailable
 
 # Queries in flight per process at most (running or queued for the embedding thread): beyond, a search does not
 # wait for the model at all. The local model embeds a query in ~5-10 ms of its one thread.

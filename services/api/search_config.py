@@ -1,5 +1,5 @@
 """Settings of the api's search (docs/settings.md, "api"), read once at start; the embedder it embeds queries with is
-WALFEED_EMBEDDER's (services/embedding/config.py). Each setting is declared once below (services/core/settings.py).
+WALFEED_EMBEDDER's (services/core/embedding/config.py). Each setting is declared once below (services/core/settings.py).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from psycopg.rows import dict_row
 from services.api import index_files, search_plan, search_sql
 from services.api.db import Pool
 from services.api.vector_index import VectorIndex
-from services.embedding.protocol import EmbedderUnavailable
-from services.embedding.vectors import from_stored
+from services.core.embedding.protocol import EmbedderUnavailable
+from services.core.embedding.vectors import from_stored
 
 log = logging.getLogger(__name__)
 

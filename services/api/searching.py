@@ -14,8 +14,8 @@ from services.api.db import Pool
 from services.api.query_embedding import QueryEmbedder
 from services.api.search_config import SearchSettings
 from services.api.search_index import SearchIndex
-from services.embedding import config as embedder_config
-from services.embedding.protocol import Embedder, EmbedderUnavailable
+from services.core.embedding import config as embedder_config
+from services.core.embedding.protocol import Embedder, EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from services.api import config as api
 from services.cdc_relay import config as relay
 from services.cli import ops_args, roles
 from services.core import logs, settings, tracing
+from services.core.embedding import config as embedder
 from services.core.settings import Declared
 from services.delivery import config as delivery
 from services.embedder import config as embed
-from services.embedding import config as embedder
 from services.notifier import config as notifier
 from services.worker import config as worker
 
@@ -156,8 +156,8 @@ SECTIONS: Final = (
     Section("## embedder (`walfeed embedder`, `walfeed embed backfill`)",
             "`services/embedder/config.py` (docs/search.md, docs/adr/0124-embedder-best-effort-consumer.md).",
             embed.SETTINGS),
-    Section("## embedding model (`services/embedding`: the api's queries, the embedder's posts)",
-            "`services/embedding/config.py`: which embedder turns posts and queries into vectors (docs/search.md, "
+    Section("## embedding model (`services/core/embedding`: the api's queries, the embedder's posts)",
+            "`services/core/embedding/config.py`: which embedder turns posts and queries into vectors (docs/search.md, "
             "docs/adr/0120-local-embedding-model.md). The api embeds search queries with it, the embedder and the "
             "backfill embed posts with it: give them the same values, or search finds no vectors of its model and "
             "answers from text (`model-incomplete`).", embedder.SETTINGS),

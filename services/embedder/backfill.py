@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from services.core.embedding.protocol import Embedder
 from services.embedder import store
-from services.embedding.protocol import Embedder
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Settings of `walfeed embedder` and `walfeed embed backfill`, read once at start (docs/settings.md, "embedder");
-the model is WALFEED_EMBEDDER's (services/embedding/config.py). Each setting is declared once below
+the model is WALFEED_EMBEDDER's (services/core/embedding/config.py). Each setting is declared once below
 (services/core/settings.py)."""
 
 from __future__ import annotations

@@ -16,15 +16,15 @@ from psycopg_pool import ConnectionPool
 
 from services.consumer import outcomes
 from services.consumer.messages import Message, Result
+from services.core.embedding.protocol import DIMENSION, Embedder, EmbedderUnavailable, Vectors
 from services.core.events import POST_CREATED, POST_DELETED, Event, MalformedEvent, decode
 from services.embedder import batch, metrics, store
 from services.embedder.streak import FailureStreak
-from services.embedding.protocol import DIMENSION, Embedder, EmbedderUnavailable, Vectors
 
 log = logging.getLogger(__name__)
 
 TYPES = frozenset({POST_CREATED, POST_DELETED})
-DATABASE = "database"  # the failure kind of a database error (the others: services/embedding/protocol.py)
+DATABASE = "database"  # the failure kind of a database error (the others: services/core/embedding/protocol.py)
 
 
 class Model:

@@ -11,10 +11,10 @@ import time
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from services.core.embedding.protocol import EmbedderUnavailable
 from services.embedder import backfill, metrics
 from services.embedder.config import EmbedSettings
 from services.embedder.handler import DATABASE, Embedding, Model
-from services.embedding.protocol import EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`walfeed embedder` and `walfeed embed backfill`: wiring of the embedding consumer and of the backfill command
-(docs/search.md; settings in services/embedder/config.py and services/embedding/config.py).
+(docs/search.md; settings in services/embedder/config.py and services/core/embedding/config.py).
 
 Consumes `{prefix}.embedder` (post.created and post.deleted on the grouped exchange, bounded, drop-head) on the
 consumer runtime (services/consumer: one Session, the batches strategy on one thread: the model uses one core),
@@ -21,6 +21,8 @@ from psycopg_pool import ConnectionPool
 from services.consumer.batched import Batches, Limits
 from services.consumer.session import Session
 from services.core.amqp import consume
+from services.core.embedding import config as embedder_config
+from services.core.embedding.protocol import EmbedderUnavailable
 from services.core.metrics import serve as serve_metrics
 from services.core.settings import Settings
 from services.core.stopping import on_signals
@@ -30,8 +32,6 @@ from services.embedder import idle, store
 from services.embedder.config import EmbedSettings
 from services.embedder.handler import Embedding, Model
 from services.embedder.route import EmbedderQueue
-from services.embedding import config as embedder_config
-from services.embedding.protocol import EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 
+from services.core.embedding.protocol import Vectors
+from services.core.embedding.vectors import to_stored
 from services.embedder import sql
-from services.embedding.protocol import Vectors
-from services.embedding.vectors import to_stored
 
 Conn = psycopg.Connection[Any]
 

@@ -14,11 +14,11 @@ from services.cdc_relay.config import RelaySettings
 from services.cdc_relay.poll_policy import PollSettings
 from services.cli.ops_args import RETENTION
 from services.cli.roles import RoleSettings, password_variables
+from services.core.embedding.config import EmbedderSettings
 from services.core.logs import log_format, log_level
 from services.core.settings import Env, Settings
 from services.delivery.config import DeliverySettings
 from services.embedder.config import EmbedSettings
-from services.embedding.config import EmbedderSettings
 from services.notifier import config as notifier_config
 from services.worker import config as worker_config
 

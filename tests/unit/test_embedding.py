@@ -1,4 +1,4 @@
-"""services/embedding's pure parts: a server's answer is parsed totally (unit rows, or EmbedderUnavailable saying
+"""services/core/embedding's pure parts: a server's answer is parsed totally (unit rows, or EmbedderUnavailable saying
 what is wrong), and the settings name the variable in every error."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.core.embedding import EmbedderUnavailable, config, local
+from services.core.embedding.remote import ollama_rows, openai_rows
+from services.core.embedding.vectors import matrix, mean_pool, normalise
 from services.core.settings import SettingsError
-from services.embedding import EmbedderUnavailable, config, local
-from services.embedding.remote import ollama_rows, openai_rows
-from services.embedding.vectors import matrix, mean_pool, normalise
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats() | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=9), inner,

@@ -5,7 +5,7 @@ share (testkit/) import services only: tests/ and bench/ both import them, never
 
 No service imports another (ADR 0001, 0125). A service is a process: a package of services/ with a `main.py` (the
 api, the relay, the fan-out worker, the notifier, the delivery workers). A package without one is a library the
-services share (services/core, the consumer runtime services/consumer, services/embedding), and imports no
+services share (services/core, the consumer runtime services/consumer, services/core/embedding), and imports no
 service. What two services share lives in a library. The command line (services/cli) is the operator's tool and
 the one place that starts the processes: it may import each service's `main` (lazily, to start it), its `config`
 (the declarations of its settings, from which services/cli/settings_doc.py writes docs/settings.md) and the
@@ -100,7 +100,7 @@ def test_the_crossing_check_finds_each_kind_of_crossing() -> None:
         ("core/x.py", ["services.delivery.webhook", "services.core.events", "pika"]),
         ("cli/__init__.py", ["services.worker.main", "services.worker.main.run", "services.delivery.route",
                              "services.core.logs", "services.delivery.config.SETTINGS"]),
-        ("api/app.py", ["services.cli.status", "services.embedding.config"]),
+        ("api/app.py", ["services.cli.status", "services.core.embedding.config"]),
     ]
     assert crossings({"worker", "delivery", "notifier", "api"}, sources) == [
         "api/app.py imports services.cli.status", "cli/__init__.py imports services.delivery.route",

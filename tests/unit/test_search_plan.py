@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from services.api import fusion, index_files, search_plan
 from services.api.search_plan import Query
-from services.embedding.vectors import from_stored, to_stored
+from services.core.embedding.vectors import from_stored, to_stored
 
 QUERY = Query("cats", "hybrid", None, None, None)
 

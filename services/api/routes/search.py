@@ -21,7 +21,7 @@ from services.api.search_plan import Plan
 from services.api.searching import Search
 from services.api.store import Conn, Row
 from services.api.vector_index import VectorIndex
-from services.embedding.protocol import EmbedderUnavailable
+from services.core.embedding.protocol import EmbedderUnavailable
 
 router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
 

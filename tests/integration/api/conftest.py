@@ -18,8 +18,8 @@ from psycopg.rows import dict_row
 from services.api.app import create_app
 from services.api.config import ApiSettings
 from services.api.ratelimit import Quota
+from services.core.embedding.config import EmbedderSettings
 from services.core.settings import Settings
-from services.embedding.config import EmbedderSettings
 from testkit.processes import free_port
 from testkit.waiting import eventually
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.embedding import EmbedderUnavailable
-from services.embedding.local import DIMENSION, MODEL_ID, LocalEmbedder, installed_weights
+from services.core.embedding import EmbedderUnavailable
+from services.core.embedding.local import DIMENSION, MODEL_ID, LocalEmbedder, installed_weights
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from services.embedding import EmbedderUnavailable
-from services.embedding.remote import OllamaEmbedder, OpenAIEmbedder
+from services.core.embedding import EmbedderUnavailable
+from services.core.embedding.remote import OllamaEmbedder, OpenAIEmbedder
 from testkit.embedding_server import EmbeddingServer, vector
 
 ADAPTERS = [OllamaEmbedder, OpenAIEmbedder]

@@ -15,9 +15,9 @@ import pytest
 from services.api.app import create_app
 from services.api.ratelimit import Quota
 from services.api.search_config import SearchSettings
+from services.core.embedding.config import EmbedderSettings
+from services.core.embedding.local import LocalEmbedder
 from services.core.settings import Settings
-from services.embedding.config import EmbedderSettings
-from services.embedding.local import LocalEmbedder
 from testkit.waiting import eventually
 from tests.integration.api.conftest import TEST_API, serve
 

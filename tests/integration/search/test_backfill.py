@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from services.cli.status import embedding_status
+from services.core.embedding.local import LocalEmbedder
 from services.core.settings import Settings
 from services.embedder import backfill
-from services.embedding.local import LocalEmbedder
 from testkit.embedding_server import EmbeddingServer
 from testkit.processes import Processes
 from testkit.waiting import eventually

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from services.api import db as api_db
 from services.api.search_index import SearchIndex
-from services.embedding.vectors import to_stored
+from services.core.embedding.vectors import to_stored
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 
 from services.api.app import create_app
+from services.core.embedding.config import EmbedderSettings
+from services.core.embedding.local import LocalEmbedder
 from services.core.settings import Settings
 from services.embedder import backfill
-from services.embedding.config import EmbedderSettings
-from services.embedding.local import LocalEmbedder
 from tests.integration.api.conftest import TEST_API, serve
 from tests.integration.search.conftest import LABELLED, SEARCH, Search, semantic_ready
 

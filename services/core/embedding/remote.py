@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import orjson
 
-from services.embedding import vectors
-from services.embedding.protocol import CONNECTION, HTTP_STATUS, TIMEOUT, EmbedderUnavailable, Vectors
+from services.core.embedding import vectors
+from services.core.embedding.protocol import CONNECTION, HTTP_STATUS, TIMEOUT, EmbedderUnavailable, Vectors
 
 _PROBE = "dimension probe"
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from services.core.embedding import local
+from services.core.embedding.protocol import Embedder
+from services.core.embedding.remote import OllamaEmbedder, OpenAIEmbedder
 from services.core.settings import Choice, Declared, Env, Float, OptionalStr, SettingsError
-from services.embedding import local
-from services.embedding.protocol import Embedder
-from services.embedding.remote import OllamaEmbedder, OpenAIEmbedder
 
 OLLAMA_URL: Final = "http://127.0.0.1:11434"
 _URL: Final = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")

@@ -12,8 +12,8 @@ from typing import Final
 
 import numpy as np
 
-from services.embedding import vectors
-from services.embedding.protocol import ANSWER, MODEL, EmbedderUnavailable, Vectors
+from services.core.embedding import vectors
+from services.core.embedding.protocol import ANSWER, MODEL, EmbedderUnavailable, Vectors
 
 MODEL_ID: Final = "all-MiniLM-L6-v2-int8"
 DIMENSION: Final = 384

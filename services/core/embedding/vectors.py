@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.embedding.protocol import DIMENSION, EmbedderUnavailable, Vectors
+from services.core.embedding.protocol import DIMENSION, EmbedderUnavailable, Vectors
 
 
 def normalise(rows: npt.NDArray[Any]) -> Vectors:
