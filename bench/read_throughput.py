@@ -15,7 +15,8 @@ rows, floor below), starts the real `walfeed api` (--workers processes, pool --p
    rows as JSON with orjson, no auth: the framework's floor for a page; `api / floor app` is what walfeed's own
    code (auth, the read's design, validation, middleware, the response) costs on top of FastAPI and its server;
 3. design: pgbench running the api's read statement itself (HOME_ABOVE_FLOOR: materialized rows merged with
-   the pulled followees' and the reader's own posts) with the same connections as the api's pools;
+   the pulled followees' and the reader's own posts) with the same connections as the api's pools and the api's
+   session settings (its generic plan: at Postgres's default pgbench would plan this statement at every run);
 4. bare: pgbench reading a page of a reader's materialized timeline joined with posts, one statement: the cheapest
    way the database serves a page of 20 posts (the ceiling; it skips the celebrity merge, which the design pays).
 
@@ -42,6 +43,7 @@ import psycopg
 from bench.lib import closedloop, entry, infra
 from bench.lib.cpumeter import CpuMeter
 from services.api import sql
+from services.api.db import session_options
 from testkit.processes import free_port
 from testkit.waiting import eventually
 
@@ -208,7 +210,10 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
                 "api": (api.pid, partial(closedloop.load, port, reads, b"HTTP/1.1 200", args.clients, args.seconds)),
                 "floor": (floor.pid, partial(closedloop.load, floor_port, floors, b"HTTP/1.1 200", args.clients,
                                              args.seconds)),
-                "design": (api.pid, partial(closedloop.pgbench_tps, url, design, connections, args.seconds)),
+                # as the api runs it: its generic plan (services/api/db.py session_options); the bare statement
+                # at Postgres's default, whose per-reader custom plans serve it best
+                "design": (api.pid, partial(closedloop.pgbench_tps, url, design, connections, args.seconds,
+                                            session_options(30.0))),
                 "bare": (api.pid, partial(closedloop.pgbench_tps, url, bare, connections, args.seconds))}
             for kind, (pid, measured) in runs.items():
                 # the server and the database over the run less its first and last second (pgbench's backends

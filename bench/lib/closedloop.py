@@ -90,8 +90,9 @@ def profiled_load(port: int, pid: int, requests: list[bytes], expect: bytes, cli
     print(f"profile: {output}")
 
 
-def pgbench_tps(url: str, script: str, clients: int, seconds: float) -> float:
-    """Transactions per second of pgbench running `script` (prepared statements) over `clients` connections."""
+def pgbench_tps(url: str, script: str, clients: int, seconds: float, options: str = "") -> float:
+    """Transactions per second of pgbench running `script` (prepared statements) over `clients` connections;
+    `options`: the sessions' settings as libpq's `options` (PGOPTIONS), e.g. the api's plan_cache_mode."""
     binary = "/usr/lib/postgresql/15/bin/pgbench"
     if not os.path.exists(binary):
         binary = "pgbench"
@@ -99,7 +100,8 @@ def pgbench_tps(url: str, script: str, clients: int, seconds: float) -> float:
         file.write(script)
     try:
         out = subprocess.run([binary, "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(int(seconds)),
-                              "-f", file.name, url], capture_output=True, text=True, check=True).stdout
+                              "-f", file.name, url], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PGOPTIONS": options}).stdout
     finally:
         os.unlink(file.name)
     match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)

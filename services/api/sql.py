@@ -145,8 +145,9 @@ _EDGE: Final = """), bound AS (
 """
 
 # At or above the reader's floor, ONE statement: the reader's materialized rows (one range scan of the reader's
-# partition of timelines, each row checked against posts and follows: stale rows of unfollowed authors or deleted
-# posts the worker has not removed yet are skipped), merged with the posts of the reader's pulled followees
+# partition of timelines, each row checked against posts: deleted posts the worker has not removed yet are skipped;
+# and against follows only while the reader has an unfollow the worker has not processed yet, whose stale rows are
+# skipped: db/init/022, docs/adr/0150), merged with the posts of the reader's pulled followees
 # (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader who
 # follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
 # worker ran). Each branch carries the columns of the page, so the page needs no second lookup of its posts. The
@@ -155,12 +156,13 @@ _EDGE: Final = """), bound AS (
 # subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
 HOME_ABOVE_FLOOR: Final = _ordered("""
 WITH me AS MATERIALIZED (
-    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low FROM users WHERE id = %(user)s
+    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
+           unfollows_pending > 0 AS unsure FROM users WHERE id = %(user)s
 ), pushed AS (
     SELECT p.id, p.author_id, p.body, p.created_at FROM timelines t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
     WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
-      AND (p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe per row, never a hash of the follow list
+      AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
     ORDER BY t.post_id {order} LIMIT %(limit)s
 ), heads AS (

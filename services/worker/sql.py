@@ -107,13 +107,32 @@ FROM unnest(%(user_ids)s::bigint[], %(floors)s::bigint[]) AS f(id, floor)
 WHERE u.id = f.id
 """)
 
-# A followee's rows leave a follower's timeline only if the follow is gone now. Run with PROBE_BY_KEY.
+# A followee's rows leave a follower's timeline only if the follow is gone now; in the same statement (one
+# snapshot) the pairs' entries in timeline_unfollows go, with their count in users.unfollows_pending, each only at
+# the version this statement read: an unfollow
+# that renewed the entry after this snapshot (a follow and unfollow again) keeps it for its own batch, which removes
+# the rows this one kept (db/init/022, docs/adr/0150). Run with PROBE_BY_KEY, under the followees' exclusive locks.
 UNFOLLOW: Final = sql.SQL("""
-DELETE FROM timelines t
-USING unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
-WHERE t.user_id = pr.follower_id AND t.author_id = pr.followee_id
-  AND NOT EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = pr.follower_id AND f.followee_id = pr.followee_id)
-RETURNING t.user_id, t.author_id
+WITH pairs AS (
+    SELECT * FROM unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
+), removed AS (
+    DELETE FROM timelines t USING pairs pr
+    WHERE t.user_id = pr.follower_id AND t.author_id = pr.followee_id
+      AND NOT EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = pr.follower_id AND f.followee_id = pr.followee_id)
+    RETURNING t.user_id, t.author_id
+), seen AS (
+    SELECT u.follower_id, u.followee_id, u.version FROM pairs pr
+    CROSS JOIN LATERAL (SELECT * FROM timeline_unfollows u
+                        WHERE u.follower_id = pr.follower_id AND u.followee_id = pr.followee_id OFFSET 0) u
+), cleared AS (
+    DELETE FROM timeline_unfollows u USING seen s
+    WHERE u.follower_id = s.follower_id AND u.followee_id = s.followee_id AND u.version = s.version
+    RETURNING u.follower_id
+), counted AS (
+    UPDATE users SET unfollows_pending = unfollows_pending - c.n
+    FROM (SELECT follower_id, count(*)::integer AS n FROM cleared GROUP BY follower_id) c WHERE id = c.follower_id
+)
+SELECT user_id, author_id FROM removed
 """)
 
 # One chunk of followers (keyset on follower_id), one set-based insert; re-checks inside the locked transaction
@@ -164,11 +183,14 @@ RETURNING u.id
 # so that each user's rows are probed in that user's partition only (run-time partition pruning, docs/adr/0093)
 # and each deleted post's through timelines_post_idx of each partition. Postgres costs a parameterized probe of a
 # partitioned table as the sum over all its partitions, not the one it will run, so it would hash or merge the
-# whole table for a batch of a few hundred keys. END_PROBES restores the session's settings.
+# whole table for a batch of a few hundred keys; and timeline_unfollows, small or empty when last analyzed, is read
+# by key even when an outage has filled it. END_PROBES restores the session's settings.
 PROBE_BY_KEY: Final = sql.SQL(
-    "SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
+    "SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), "
+    "set_config('enable_seqscan', 'off', true)")
 END_PROBES: Final = sql.SQL(
-    "SELECT set_config(name, reset_val, true) FROM pg_settings WHERE name IN ('enable_hashjoin', 'enable_mergejoin')")
+    "SELECT set_config(name, reset_val, true) FROM pg_settings "
+    "WHERE name IN ('enable_hashjoin', 'enable_mergejoin', 'enable_seqscan')")
 
 CHUNK_FOLLOWERS: Final = sql.SQL("""
 SELECT f.follower_id FROM follows f

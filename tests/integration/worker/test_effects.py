@@ -186,3 +186,69 @@ def test_probing_by_key_fails_the_transaction_and_its_settings_with_it(pool: Con
         with pytest.raises(psycopg.errors.DivisionByZero), conn.transaction():
             fanout.probing_by_key(conn, psycopg.sql.SQL("SELECT 1 / 0"), {})
         assert conn.execute("SELECT current_setting('enable_hashjoin')").fetchall() == [{"current_setting": "on"}]  # type: ignore[comparison-overlap]
+
+
+def _pending(db: Conn, follower: int) -> tuple[int, list[tuple[int, int]]]:
+    """The follower's users.unfollows_pending and their (followee, version) pairs in timeline_unfollows."""
+    count = db.execute("SELECT unfollows_pending FROM users WHERE id = %s", (follower,)).fetchone()[0]  # type: ignore[index]
+    pairs = db.execute("SELECT followee_id, version FROM timeline_unfollows WHERE follower_id = %s ORDER BY 1",
+                       (follower,)).fetchall()
+    db.commit()
+    return count, [(p[0], p[1]) for p in pairs]
+
+
+def test_an_unfollow_is_pending_from_its_commit_until_its_batch_removes_the_rows(
+        db: Conn, pool: ConnectionPool) -> None:
+    """The follows delete counts the pair in the same transaction (the read probes the follower's rows while it
+    is counted); the follow.deleted batch removes the rows and the pair in one statement (docs/adr/0150)."""
+    fan, author, other = world.add_users(db, 3)
+    world.follow(db, fan, author)
+    world.follow(db, fan, other)
+    for event in (world.post(db, author), world.post(db, other)):
+        assert effects(pool).handle(event) == "pushed"
+    assert _pending(db, fan) == (0, [])
+    unfollowed = world.unfollow(db, fan, author)
+    count, pairs = _pending(db, fan)
+    assert count == 1 and [p for p, _ in pairs] == [author]
+    assert db.execute("SELECT count(*) FROM timelines WHERE user_id = %s AND author_id = %s",
+                      (fan, author)).fetchone() == (1,)  # stale until the batch: the read skips it (api tests)
+    db.commit()
+    assert effects(pool).handle(unfollowed) == "removed"
+    assert _pending(db, fan) == (0, [])
+    assert effects(pool).handle(unfollowed) == "kept"  # again: nothing left to remove, nothing counted
+    assert _pending(db, fan) == (0, [])
+    assert world.problems(db) == []
+
+
+def test_a_pair_renewed_while_its_first_batch_runs_stays_pending_for_the_second(
+        db: Conn, pool: ConnectionPool, database_url: str) -> None:
+    """Unfollow, follow again, and a second unfollow that commits while the first unfollow's batch is deleting
+    the pair: that batch saw the follow (kept the rows, now stale again) and the pair at its first version; it
+    must not clear the renewed pair, or the rows would show until the second batch."""
+    fan, author = world.add_users(db, 2)
+    world.follow(db, fan, author)
+    assert effects(pool).handle(world.post(db, author)) == "pushed"
+    first = world.unfollow(db, fan, author)
+    world.follow(db, fan, author)
+    (_, [(_, version)]) = _pending(db, fan)
+    second_event = ev.Event.new(ev.FOLLOW_DELETED, f"{fan}:{author}", {"follower_id": fan, "followee_id": author})
+    with psycopg.connect(database_url) as second:  # the second unfollow, not committed yet
+        second.execute("DELETE FROM follows WHERE follower_id = %s AND followee_id = %s", (fan, author))
+        world.insert_outbox(second, second_event)
+        batch = threading.Thread(target=effects(pool).handle, args=(first,))
+        batch.start()
+        eventually(lambda: db.execute(  # on the second unfollow's transaction (its lock of the renewed pair)
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND wait_event = 'transactionid'").fetchone() == (1,), what="the first batch waiting on the renewed pair")
+        db.rollback()
+        second.commit()
+    batch.join(10)
+    assert not batch.is_alive()
+    count, pairs = _pending(db, fan)
+    assert count == 1 and pairs[0][0] == author and pairs[0][1] > version  # renewed, still counted
+    assert db.execute("SELECT count(*) FROM timelines WHERE user_id = %s AND author_id = %s",
+                      (fan, author)).fetchone() == (1,)  # kept by the first batch, which saw the follow
+    db.commit()
+    assert effects(pool).handle(second_event) == "removed"
+    assert _pending(db, fan) == (0, [])
+    assert world.problems(db) == []

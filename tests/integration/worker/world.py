@@ -132,6 +132,15 @@ def problems(conn: Conn) -> list[str]:
     undecided = conn.execute("SELECT id FROM posts WHERE fanned_out IS NULL AND deleted_at IS NULL").fetchall()
     if undecided:
         found.append(f"undecided posts {undecided}")
+    # every unfollow processed: no pending pair left, and each user's count agrees (db/init/022)
+    pending = conn.execute("SELECT follower_id, followee_id FROM timeline_unfollows LIMIT 5").fetchall()
+    if pending:
+        found.append(f"unfollows still pending {pending}")
+    miscounted = conn.execute(
+        "SELECT u.id, u.unfollows_pending FROM users u WHERE u.unfollows_pending <> "
+        "(SELECT count(*) FROM timeline_unfollows t WHERE t.follower_id = u.id) LIMIT 5").fetchall()
+    if miscounted:
+        found.append(f"unfollows_pending miscounted {miscounted}")
     conn.rollback()
     return found
 
