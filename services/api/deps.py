@@ -17,7 +17,7 @@ from psycopg_pool import PoolTimeout
 
 from services.api import ratelimit, readafter, store, tokens
 from services.api.authcache import TokenCache
-from services.api.db import Pool
+from services.api.db import Lease
 from services.api.problems import ApiError, unauthorized
 from services.api.ratelimit import Quota
 from services.api.replica import Replica
@@ -39,27 +39,32 @@ bearer = _Bearer(auto_error=False, scheme_name="HTTPBearer", description="the to
 Token = Annotated[str, Depends(bearer)]
 
 
+def unavailable(error: BaseException) -> ApiError | None:
+    """The 503 problem of a failure of the database or the pool, or None for any other error."""
+    if isinstance(error, psycopg.errors.QueryCanceled):  # WALFEED_API_STATEMENT_TIMEOUT (an OperationalError too)
+        return ApiError(503, "the database took longer than this api allows for one request; retry later",
+                        "database-timeout", {"Retry-After": "1"})
+    if isinstance(error, PoolTimeout | psycopg.OperationalError):
+        return ApiError(503, "the database is unavailable; retry later", "database-unavailable",
+                        {"Retry-After": "1"})
+    return None
+
+
 @contextmanager
 def database_errors() -> Iterator[None]:
     """The database's failures as 503 problems."""
     try:
         yield
-    except psycopg.errors.QueryCanceled as exc:  # WALFEED_API_STATEMENT_TIMEOUT (an OperationalError too)
-        raise ApiError(503, "the database took longer than this api allows for one request; retry later",
-                       "database-timeout", {"Retry-After": "1"}) from exc
-    except (PoolTimeout, psycopg.OperationalError) as exc:
-        raise ApiError(503, "the database is unavailable; retry later", "database-unavailable",
-                       {"Retry-After": "1"}) from exc
+    except Exception as exc:
+        if (problem := unavailable(exc)) is not None:
+            raise problem from exc
+        raise
 
 
-@asynccontextmanager
-async def database(request: Request) -> AsyncIterator[store.Conn]:
-    """A pooled connection to the primary in autocommit mode (writes open explicit transactions); 503 when
-    unavailable."""
-    pool: Pool = request.app.state.pool
-    with database_errors():
-        async with pool.connection(timeout=request.app.state.api_settings.pool_timeout) as conn:
-            yield conn
+def database(request: Request) -> Lease:
+    """`async with database(request) as db`: a pooled connection to the primary in autocommit mode (writes open
+    explicit transactions); 503 when unavailable."""
+    return Lease(request.app.state.pool, request.app.state.api_settings.pool_timeout, unavailable)
 
 
 async def authenticate(request: Request, db: store.Conn | None, token: str) -> int:
@@ -139,9 +144,8 @@ async def read(request: Request, token: str, after_header: str | None,
     after = read_after(after_header)
     replica: Replica | None = request.app.state.replica
     if replica is None:
-        with database_errors():
-            async with request.app.state.pool.connection(timeout=request.app.state.api_settings.pool_timeout) as db:
-                return await work(db, await authenticate(request, db, token))
+        async with database(request) as db:
+            return await work(db, await authenticate(request, db, token))
     me = await authenticate(request, None, token)
 
     async def on_primary() -> T:

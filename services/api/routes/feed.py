@@ -7,12 +7,13 @@ from fastapi import APIRouter, Request, Response
 from services.api import cursor as cursors
 from services.api import paging, store
 from services.api.deps import ReadAfter, Token, read
+from services.api.fastroute import FastRoute
 from services.api.models import HomePage, page_json
 from services.api.problems import ApiError
 from services.api.routes import AUTH, BAD_CURSOR_OR_TOKEN, INVALID, UNAVAILABLE, CursorParam, Limit
 from services.api.routes.posts import json_response
 
-router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
+router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE}, route_class=FastRoute)
 
 KIND = "home"
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Request, Response
 from services.api import cursor as cursors
 from services.api import paging, store
 from services.api.deps import ReadAfter, Token, admit, read, session, write_session, written
+from services.api.fastroute import FastRoute
 from services.api.models import NewPost, Page, Post, page_json, post_json
 from services.api.problems import ApiError
 from services.api.routes import (
@@ -30,7 +31,7 @@ from services.api.routes import (
     outbox_trace,
 )
 
-router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE})
+router = APIRouter(prefix="/v1", responses={**AUTH, **INVALID, **UNAVAILABLE}, route_class=FastRoute)
 
 IdempotencyKey = Annotated[str | None, Header(
     alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[!-~]+$",
