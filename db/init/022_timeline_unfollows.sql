@@ -10,6 +10,8 @@
 -- flight holds it shared, so none can insert a row of the pair after that statement), and only at the version it
 -- read: a pair renewed meanwhile (followed and unfollowed again) stays for the later unfollow's batch. A pair left
 -- behind (its event dead-lettered) costs its follower's reads the probes, nothing else.
+--
+-- 023 replaced the count in users by a lookup of the pairs (docs/adr/0152): this file stays as it was applied.
 ALTER TABLE users ADD COLUMN IF NOT EXISTS unfollows_pending integer NOT NULL DEFAULT 0;
 
 CREATE SEQUENCE IF NOT EXISTS timeline_unfollows_version;

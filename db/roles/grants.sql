@@ -85,9 +85,8 @@ GRANT SELECT ON posts, users, follows, outbox TO {worker};
 -- otherwise kept by 015's triggers, which run as their owner.
 GRANT SELECT ON pulled_authors TO {worker};
 GRANT UPDATE (pulled) ON follows TO {worker};
--- the follow.deleted batch removes the pairs whose rows it removed (db/init/022; the trigger adds them as owner)
+-- the follow.deleted batch removes the pairs whose rows it removed (db/init/022, 023; the trigger adds them as owner)
 GRANT SELECT, DELETE ON timeline_unfollows TO {worker};
-GRANT UPDATE (unfollows_pending) ON users TO {worker};
 GRANT UPDATE (fanned_out) ON posts TO {worker};
 GRANT UPDATE (timeline_floor) ON users TO {worker};
 GRANT SELECT, INSERT (consumer, event_id) ON processed_events TO {worker};

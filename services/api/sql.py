@@ -37,7 +37,10 @@ RETURNING hits, window_start, (SELECT now FROM clock) AS now
 RATE_LIMIT_HIT: Final = "WITH " + _CLOCK + _COUNT_HIT
 
 # Follow counts change only when a follows row was really inserted or deleted, in the same transaction.
-# Both users rows are locked in id order first, so A->B and B->A at once cannot deadlock.
+# Both users rows are locked in id order (LOCK_PAIR) before the follows row is touched, so A->B and B->A at once
+# cannot deadlock, nor can an unfollow with the first pulled post of its followee (db/init/015's trigger locks the
+# author's users row, then the follows rows) or with the worker's batch (users rows, then the pairs of
+# timeline_unfollows that the follows DELETE's trigger writes: docs/adr/0152).
 FOLLOW: Final = """
 INSERT INTO follows (follower_id, followee_id)
 SELECT %(follower)s, id FROM users WHERE id = %(followee)s
@@ -145,19 +148,20 @@ _EDGE: Final = """), bound AS (
 """
 
 # At or above the reader's floor, ONE statement: the reader's materialized rows (one range scan of the reader's
-# partition of timelines, each row checked against posts: deleted posts the worker has not removed yet are skipped;
-# and against follows only while the reader has an unfollow the worker has not processed yet, whose stale rows are
-# skipped: db/init/022, docs/adr/0150), merged with the posts of the reader's pulled followees
-# (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader who
-# follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
-# worker ran). Each branch carries the columns of the page, so the page needs no second lookup of its posts. The
-# first column is the reader's floor (one row with a NULL post when the range is empty): the caller
-# decides from it whether the page continues below the floor (paging.py). Each branch reads `low` as a scalar
-# subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
+# partition of timelines, each row checked against posts: deleted posts the worker has not removed yet are skipped; and
+# against follows only while the reader has an unfollow the worker has not processed yet, a pair in timeline_unfollows,
+# whose stale rows are skipped: db/init/022, docs/adr/0150 and 0152), merged with the posts of the reader's pulled
+# followees (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader
+# who follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
+# worker ran). Each branch carries the columns of the page, so the page needs no second lookup of its posts. The first
+# column is the reader's floor (one row with a NULL post when the range is empty): the caller decides from it whether
+# the page continues below the floor (paging.py). Each branch reads `low` as a scalar subquery, so that it bounds the
+# index range itself (a join with `me` would only filter the rows read).
 HOME_ABOVE_FLOOR: Final = _ordered("""
 WITH me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
-           unfollows_pending > 0 AS unsure FROM users WHERE id = %(user)s
+           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure
+    FROM users WHERE id = %(user)s
 ), pushed AS (
     SELECT p.id, p.author_id, p.body, p.created_at FROM timelines t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL

@@ -77,12 +77,13 @@ async def set_follow(conn: Conn, follower: int, followee: int, *, follow: bool,
                      trace: str | None = None) -> bool | None:
     """Follow or unfollow. True when the relation changed, False when it already was so, None: unknown user.
     Raises FollowLimit (and rolls back) when a new follow would exceed feed.MAX_FOLLOWING: the count is read
-    under the follower's row lock, so concurrent follows cannot both pass the cap."""
+    under the follower's row lock, so concurrent follows cannot both pass the cap. The pair of users rows is
+    locked before the follows row is touched (sql.LOCK_PAIR: docs/adr/0152)."""
     params = {"follower": follower, "followee": followee}
     async with conn.transaction():
+        await conn.execute(sql.LOCK_PAIR, {"ids": sorted((follower, followee))})
         changed = await _one(conn, sql.FOLLOW if follow else sql.UNFOLLOW, params) is not None
         if changed:
-            await conn.execute(sql.LOCK_PAIR, {"ids": sorted((follower, followee))})
             counts = await _all(conn, sql.ADJUST_COUNTS, {**params, "delta": 1 if follow else -1})
             if follow and any(r["id"] == follower and r["following_count"] > feed.MAX_FOLLOWING for r in counts):
                 raise FollowLimit

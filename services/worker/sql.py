@@ -108,10 +108,10 @@ WHERE u.id = f.id
 """)
 
 # A followee's rows leave a follower's timeline only if the follow is gone now; in the same statement (one
-# snapshot) the pairs' entries in timeline_unfollows go, with their count in users.unfollows_pending, each only at
-# the version this statement read: an unfollow
+# snapshot) the pairs' entries in timeline_unfollows go, each only at the version this statement read: an unfollow
 # that renewed the entry after this snapshot (a follow and unfollow again) keeps it for its own batch, which removes
-# the rows this one kept (db/init/022, docs/adr/0150). Run with PROBE_BY_KEY, under the followees' exclusive locks.
+# the rows this one kept (db/init/022, docs/adr/0150 and 0152). Run with PROBE_BY_KEY, under the followees'
+# exclusive locks.
 UNFOLLOW: Final = sql.SQL("""
 WITH pairs AS (
     SELECT * FROM unnest(%(followers)s::bigint[], %(followees)s::bigint[]) AS pr(follower_id, followee_id)
@@ -127,10 +127,6 @@ WITH pairs AS (
 ), cleared AS (
     DELETE FROM timeline_unfollows u USING seen s
     WHERE u.follower_id = s.follower_id AND u.followee_id = s.followee_id AND u.version = s.version
-    RETURNING u.follower_id
-), counted AS (
-    UPDATE users SET unfollows_pending = unfollows_pending - c.n
-    FROM (SELECT follower_id, count(*)::integer AS n FROM cleared GROUP BY follower_id) c WHERE id = c.follower_id
 )
 SELECT user_id, author_id FROM removed
 """)
