@@ -23,6 +23,7 @@ GRANT UPDATE (follower_count, following_count) ON users TO {api};  -- also what 
 GRANT INSERT (follower_id, followee_id), DELETE ON follows TO {api};
 GRANT UPDATE (pulled) ON follows TO {api};  -- ADJUST_COUNTS marks a new follow of a pulled author (db/init/015)
 GRANT SELECT ON pulled_authors TO {api};
+GRANT SELECT ON timeline_unfollows TO {api};  -- the home read's pending check (db/init/023, docs/adr/0152)
 GRANT INSERT (author_id, body, idempotency_key, request_hash) ON posts TO {api};
 GRANT UPDATE (deleted_at) ON posts TO {api};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};
