@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -90,20 +91,25 @@ def profiled_load(port: int, pid: int, requests: list[bytes], expect: bytes, cli
     print(f"profile: {output}")
 
 
-def pgbench_tps(url: str, script: str, clients: int, seconds: float, options: str = "") -> float:
-    """Transactions per second of pgbench running `script` (prepared statements) over `clients` connections;
-    `options`: the sessions' settings as libpq's `options` (PGOPTIONS), e.g. the api's plan_cache_mode."""
+def pgbench_tps(url: str, script: str | Sequence[str], clients: int, seconds: float, options: str = "") -> float:
+    """Transactions per second of pgbench running `script` (prepared statements) over `clients` connections; several
+    scripts: each transaction runs one of them, picked at random; `options`: the sessions' settings as libpq's
+    `options` (PGOPTIONS), e.g. the api's plan_cache_mode."""
     binary = "/usr/lib/postgresql/15/bin/pgbench"
     if not os.path.exists(binary):
         binary = "pgbench"
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as file:
-        file.write(script)
+    files = []
+    for text in [script] if isinstance(script, str) else script:
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as file:
+            file.write(text)
+        files.append(file.name)
     try:
         out = subprocess.run([binary, "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(int(seconds)),
-                              "-f", file.name, url], capture_output=True, text=True, check=True,
-                             env={**os.environ, "PGOPTIONS": options}).stdout
+                              *(arg for name in files for arg in ("-f", name)), url], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PGOPTIONS": options}).stdout
     finally:
-        os.unlink(file.name)
+        for name in files:
+            os.unlink(name)
     match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
     assert match, out
     return float(match.group(1))
