@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from psycopg.sql import SQL
+from psycopg.sql import SQL, Composed
 
 from services.api import db, sql, store
 from services.api.paging import Range
@@ -124,20 +124,28 @@ def test_the_read_below_the_floor_descends_once_per_followed_account_then_reads_
     assert _rows_read(root, "posts") <= 5001 + PAGE * PAGE + PAGE, _rows_read(root, "posts")
 
 
+def _prepared_generic(loaded: Db, statement: bytes) -> Composed:
+    """PREPARE `statement` as `page` with a generic plan, as the api's connections run it (services/api/db.py
+    session_options): planned once without the values. Returns the EXPLAIN ANALYZE of its execution for reader 1's
+    first page."""
+    text = statement.decode()
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
+    params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
+    loaded.execute("SET plan_cache_mode = force_generic_plan")
+    loaded.execute(f"PREPARE page ({', '.join('bigint' for _ in names)}) AS {positional}")  # a constant above
+    return SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE page ({})").format(
+        SQL(", ").join(params[n] for n in names))
+
+
 @pytest.mark.parametrize("statement", ["HOME_ABOVE_FLOOR", "HOME_BELOW_FLOOR"])
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_the_generic_plans_the_api_runs_use_indexes_and_one_partition(loaded: Db, statement: str,
                                                                       order: str) -> None:
     """The api's connections run prepared statements' generic plans (services/api/db.py session_options): planned
     once without the values, the partitions of timelines pruned when the plan starts."""
-    text = getattr(sql, statement)[order].decode()
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
-    params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
-    loaded.execute("SET plan_cache_mode = force_generic_plan")
-    loaded.execute(f"PREPARE page ({', '.join('bigint' for _ in names)}) AS {positional}")  # a constant above
-    row = loaded.execute(SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE page ({})").format(
-        SQL(", ").join(params[n] for n in names))).fetchone()
+    execute = _prepared_generic(loaded, getattr(sql, statement)[order])
+    row = loaded.execute(execute).fetchone()
     assert row is not None
     root = plans.root(row["QUERY PLAN"])
     assert not _seq_scans(root), _scans(root)
@@ -151,12 +159,7 @@ def test_a_generic_plan_reads_the_pending_unfollows_by_key_once_their_statistics
     """The api's generic plan of the read, made while timeline_unfollows is empty, scans it whole (nothing to
     read); an outage of the worker fills it, the next analyze re-plans the prepared statement in the same session,
     and the reader's check is a descent of its primary key again (docs/adr/0152)."""
-    text = sql.HOME_ABOVE_FLOOR["newest"].decode()
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
-    params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
-    execute = SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE page ({})").format(
-        SQL(", ").join(params[n] for n in names))
+    execute = _prepared_generic(loaded, sql.HOME_ABOVE_FLOOR["newest"])
 
     def unfollows_scan() -> str:
         row = loaded.execute(execute).fetchone()
@@ -164,8 +167,6 @@ def test_a_generic_plan_reads_the_pending_unfollows_by_key_once_their_statistics
         return next(str(n["Node Type"]) for n in plans.scans(plans.root(row["QUERY PLAN"]))
                     if n.get("Relation Name") == "timeline_unfollows")
 
-    loaded.execute("SET plan_cache_mode = force_generic_plan")
-    loaded.execute(f"PREPARE page ({', '.join('bigint' for _ in names)}) AS {positional}")
     assert unfollows_scan() == "Seq Scan"  # of an empty table
     loaded.execute("INSERT INTO timeline_unfollows (follower_id, followee_id) "
                    "SELECT u, 1 + ((u + k * 13) % 5999) FROM generate_series(3, 5999) u, generate_series(1, 4) k")

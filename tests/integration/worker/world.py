@@ -44,8 +44,8 @@ def commit_with_outbox(conn: Conn, event: ev.Event) -> ev.Event:
 
 
 def _lock_pair(conn: Conn, follower: int, followee: int) -> None:
-    """Both users rows in id order before the follows row, as the api's set_follow (services/api/sql.py LOCK_PAIR)."""
-    conn.execute("SELECT id FROM users WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", ([follower, followee],))
+    """Both users rows in id order before the follows row, as the api's set_follow does (docs/adr/0152)."""
+    conn.execute(api_sql.LOCK_PAIR, {"ids": sorted((follower, followee))})
 
 
 def follow(conn: Conn, follower: int, followee: int) -> ev.Event:
