@@ -1,0 +1,75 @@
+"""Which partition of timelines holds a user's rows (services/api/partitions.py, docs/adr/0153): Postgres's hash of
+a bigint key, and the layouts the api names or leaves to the parent. The hash against the server's own routing:
+tests/integration/api/test_partition_names.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api import partitions
+from services.api.partitions import Layout, row_hash
+
+# hashint8extended(key, HASH_PARTITION_SEED) as PostgreSQL 15 answers it (SELECT i, hashint8extended(i,
+# 8816678312871386365)), as signed 64-bit numbers; the row hash adds hash_combine64's constant.
+SERVER = {
+    0: -4403592609991167795,
+    1: 5968994663651403477,
+    7: 1708571371176205364,
+    -1: -5017072347659237694,
+    2**32: 5968994663651403477,  # hashint8 folds the high half into the low: equal to 1's
+    -(2**63): -6050265599104649060,
+    2**63 - 1: 4938542303000433043,
+}
+
+
+@pytest.mark.parametrize("key", sorted(SERVER))
+def test_the_row_hash_is_postgres_hashint8extended_combined(key: int) -> None:
+    assert row_hash(key) == (SERVER[key] + 0x49A0F4DD15E5A8E3) % 2**64
+
+
+def test_keys_outside_bigint_are_refused() -> None:
+    with pytest.raises(ValueError):
+        row_hash(2**63)
+
+
+def _rows(*bounds: tuple[int, int], kind: str = "r") -> list[dict[str, Any]]:
+    return [{"schema": "public", "name": f"t_{m}_{r}", "kind": kind,
+             "bound": f"FOR VALUES WITH (modulus {m}, remainder {r})",
+             "constraint": f"satisfies_hash_partition('1'::oid, {m}, {r}, user_id)"} for m, r in bounds]
+
+
+def test_thirty_two_partitions_are_a_layout_and_each_user_lands_by_hash_modulo() -> None:
+    layout = Layout.parse(_rows(*((32, r) for r in range(32))))
+    assert layout is not None and layout.greatest == 32
+    for user in range(1, 500):
+        assert layout.of(user).name == f"t_32_{row_hash(user) % 32}"
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_a_split_partition_sends_each_user_to_the_half_its_hash_names(user: int) -> None:
+    """Modulus 64 next to 32 (one partition split in two, docs/adr/0093): the remainder modulo each partition's own
+    modulus decides."""
+    layout = Layout.parse(_rows(*((32, r) for r in range(32) if r != 5), (64, 5), (64, 37)))
+    assert layout is not None
+    found = layout.of(user)
+    assert row_hash(user) % found.modulus == found.remainder
+
+
+@pytest.mark.parametrize("rows", [
+    [],  # not partitioned
+    _rows(*((32, r) for r in range(31))),  # a remainder no partition holds
+    _rows(*((32, r) for r in range(32)), (64, 5)),  # two partitions hold one remainder
+    _rows(*((32, r) for r in range(32)), kind="p"),  # partitions partitioned again
+    _rows((3, 0), (3, 1), (3, 2), (4, 0)),  # moduli that do not divide the greatest
+    _rows((1, 0), (partitions.MAX_MODULUS * 2, 0)),  # more slots than are worth naming
+    [{"schema": "public", "name": "t", "kind": "r", "bound": "FOR VALUES FROM (1) TO (9)", "constraint": "x"}],
+    [{"schema": "public", "name": "t", "kind": "r", "bound": "DEFAULT", "constraint": "x"}],
+    [{"schema": "public", "name": "t", "kind": "r", "bound": None, "constraint": None}],
+], ids=["none", "gap", "overlap", "sub-partitioned", "moduli", "too-many", "range", "default", "no-bound"])
+def test_anything_but_a_complete_set_of_hash_partitions_is_read_through_the_parent(
+        rows: list[dict[str, Any]]) -> None:
+    assert Layout.parse(rows) is None
