@@ -24,6 +24,10 @@ GRANT INSERT (follower_id, followee_id), DELETE ON follows TO {api};
 GRANT UPDATE (pulled) ON follows TO {api};  -- ADJUST_COUNTS marks a new follow of a pulled author (db/init/015)
 GRANT SELECT ON pulled_authors TO {api};
 GRANT SELECT ON timeline_unfollows TO {api};  -- the home read's pending check (db/init/023, docs/adr/0152)
+-- the home read's check of the partition it names (db/init/024, docs/adr/0153); SELECT on each partition of
+-- timelines is granted by bootstrap-roles itself (services/cli/pg_roles.py), one statement a partition
+REVOKE ALL ON FUNCTION walfeed_timeline_partition_is(regclass, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION walfeed_timeline_partition_is(regclass, text) TO {api};
 GRANT INSERT (author_id, body, idempotency_key, request_hash) ON posts TO {api};
 GRANT UPDATE (deleted_at) ON posts TO {api};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};

@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry, multiprocess
 
-from services.api import db, mastodon, problems, revocations
+from services.api import db, mastodon, problems, revocations, store
 from services.api.authcache import Caches, TokenCache
 from services.api.config import ApiSettings
 from services.api.middleware import Edge
@@ -88,6 +88,7 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
     app.state.replica = None  # set by the lifespan when WALFEED_DATABASE_READ_URL is
     app.state.api_settings = api
     app.state.token_cache = TokenCache(api.auth_cache_seconds)
+    app.state.timeline_partitions = store.TimelinePartitions()  # the home read names the reader's (ADR 0153)
     app.state.tracing = traces  # spans around outbox writes, and per request when configured (ADR 0072)
     app.state.events_exchange = Topology(settings.amqp_prefix).events_exchange
     app.state.registry = CollectorRegistry()

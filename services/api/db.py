@@ -20,6 +20,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 RECENT_SECONDS: Final = 1.0
+# Statements each connection keeps prepared (psycopg's default is 100): the home read alone has a text per partition
+# of timelines and order (64: docs/adr/0153), and an evicted statement is planned again when it comes back.
+PREPARED_MAX: Final = 256
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]
 
@@ -105,11 +108,16 @@ def session_options(statement_timeout: float) -> str:
             "-c plan_cache_mode=force_generic_plan -c TimeZone=UTC")
 
 
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Once per new connection (not per checkout)."""
+    conn.prepared_max = PREPARED_MAX
+
+
 def make_pool(url: str, *, min_size: int, max_size: int, timeout: float, options: str = "",
               name: str = "walfeed-api") -> Pool:
     """Not opened: `await pool.open(wait=False)` inside the event loop."""
     return _StampingPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False, timeout=timeout,
         kwargs={"autocommit": True, "row_factory": dict_row, "options": options},
-        connection_class=psycopg.AsyncConnection[dict[str, Any]], recent=_RecentUse(),
+        connection_class=psycopg.AsyncConnection[dict[str, Any]], recent=_RecentUse(), configure=_configure,
     )

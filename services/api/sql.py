@@ -1,5 +1,6 @@
 """Every statement the API runs, as named constants with bound parameters only."""
 
+from functools import lru_cache
 from typing import Final, LiteralString
 
 from psycopg import sql
@@ -130,10 +131,10 @@ _ORDERS: Final = {
 }
 
 
-def _ordered(template: LiteralString) -> dict[str, bytes]:
+def _ordered(template: LiteralString, **more: sql.Composable) -> dict[str, bytes]:
     """The statement in each order, composed once, here, as the bytes psycopg sends: a Composed would be composed
     again at every execution (13 us of a 0.4 ms read)."""
-    return {name: sql.SQL(template).format(**tokens).as_bytes(None) for name, tokens in _ORDERS.items()}
+    return {name: sql.SQL(template).format(**tokens, **more).as_bytes(None) for name, tokens in _ORDERS.items()}
 
 
 # Several authors' posts in a range, bounded by the page and not by the number of authors (each author's posts are
@@ -157,13 +158,14 @@ _EDGE: Final = """), bound AS (
 # column is the reader's floor (one row with a NULL post when the range is empty): the caller decides from it whether
 # the page continues below the floor (paging.py). Each branch reads `low` as a scalar subquery, so that it bounds the
 # index range itself (a join with `me` would only filter the rows read).
-HOME_ABOVE_FLOOR: Final = _ordered("""
+# `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
+_HOME_ABOVE_FLOOR: Final = """
 WITH me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
-           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure
+           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure, {placed} AS placed
     FROM users WHERE id = %(user)s
 ), pushed AS (
-    SELECT p.id, p.author_id, p.body, p.created_at FROM timelines t
+    SELECT p.id, p.author_id, p.body, p.created_at FROM {timelines} t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
     WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
       AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
@@ -191,9 +193,24 @@ WITH me AS MATERIALIZED (
     SELECT * FROM pushed UNION SELECT * FROM pulled UNION SELECT * FROM own
     ORDER BY id {order} LIMIT %(limit)s
 )
-SELECT me.floor, p.id, p.author_id, p.body, p.created_at FROM me LEFT JOIN page p ON true
+SELECT me.floor, me.placed, p.id, p.author_id, p.body, p.created_at FROM me LEFT JOIN page p ON true
 ORDER BY p.id {order}
-""")
+"""
+HOME_ABOVE_FLOOR: Final = _ordered(_HOME_ABOVE_FLOOR, timelines=sql.Identifier("timelines"), placed=sql.SQL("true"))
+
+
+@lru_cache(maxsize=512)  # two orders for each partition of timelines (32: db/init/012)
+def home_above_floor(order: str, schema: str, partition: str, constraint: str) -> bytes:
+    """HOME_ABOVE_FLOOR reading the reader's own partition of timelines, named (docs/adr/0153): a generic plan over
+    the parent locks every partition before it prunes to one. Its `placed` column says whether that table is the
+    partition with `constraint` (partitions.Layout: the reader's by Postgres's hash; a split of ADR 0093 changes
+    it), checked when the statement is planned (db/init/024); when it is not, the caller throws the page away and
+    reads through the parent."""
+    table = sql.Identifier(schema, partition)
+    check = sql.SQL("walfeed_timeline_partition_is({}::regclass, {})").format(
+        sql.Literal(table.as_string(None)), sql.Literal(constraint))
+    return sql.SQL(_HOME_ABOVE_FLOOR).format(**_ORDERS[order], timelines=table, placed=check).as_bytes(None)
+
 
 # Below the floor (rows trimmed, or never backfilled), from the source of truth: the posts of every followed account
 # and the reader's, bounded as above (posts_author_idx).

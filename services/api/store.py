@@ -4,16 +4,23 @@ A write is either one statement (atomic on its own) or an explicit transaction, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, LiteralString
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, LiteralString
 
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
-from services.api import paging, sql
+from services.api import paging, partitions, sql
 from services.core import events, feed, mailtokens
 from services.core.events import Event
+
+log = logging.getLogger(__name__)
+
+LAYOUT_REFRESH_SECONDS: Final = 60.0  # how soon a new partition layout (a split of ADR 0093) is named
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 Row = dict[str, Any]
@@ -150,12 +157,38 @@ async def author_posts(conn: Conn, author: int, before: int, fetch: int) -> list
     return await _all(conn, sql.AUTHOR_POSTS, {"author": author, "before": before, "limit": fetch})
 
 
-async def home_timeline(conn: Conn, user: int, page: paging.Range) -> list[Row]:
+class TimelinePartitions:
+    """Which partition of timelines each reader's home read names (docs/adr/0153): the layout read from the catalog
+    by a read at most every `refresh` seconds; a read that finds it wrong (the partition gone, not readable, or no
+    longer with the constraint it had) forgets it until then, and reads through the parent meanwhile."""
+
+    def __init__(self, refresh: float = LAYOUT_REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._layout: partitions.Layout | None = None
+        self._refresh, self._clock = refresh, clock
+        self._due = -math.inf
+
+    async def of(self, conn: Conn, user: int) -> partitions.Partition | None:
+        """The reader's partition, or None: read through the parent."""
+        if self._clock() >= self._due:
+            self._due = self._clock() + self._refresh  # before the await: one refresh at a time
+            self._layout = None
+            self._layout = partitions.Layout.parse(await _all(conn, partitions.LAYOUT, {}))
+        return None if self._layout is None else self._layout.of(user)
+
+    def wrong(self, partition: partitions.Partition, reason: str) -> None:
+        log.warning("home read through the parent until the partition layout is read again",
+                    extra={"partition": partition.name, "reason": reason, "action": "partition_layout_wrong"})
+        self._layout = None
+
+
+async def home_timeline(conn: Conn, user: int, page: paging.Range,
+                        partitions: TimelinePartitions | None = None) -> list[Row]:
     """Up to `page.fetch` posts of the home timeline within the page's range, in its order: one statement in the
     common case, a second one only for the part of the range below the reader's floor (docs/adr/0096). Each is a
-    snapshot of its own: their id ranges do not overlap, so no post appears twice."""
+    snapshot of its own: their id ranges do not overlap, so no post appears twice. With `partitions`, the first
+    statement names the reader's partition of timelines (docs/adr/0153)."""
     params = {"user": user, "after": page.after, "before": page.before, "limit": page.fetch}
-    found = await _all(conn, sql.HOME_ABOVE_FLOOR[page.order], params)
+    found = await _above_floor(conn, page, params, partitions)
     floor = int(found[0]["floor"]) if found else 0
     above = [row for row in found if row["id"] is not None]
     rest = paging.below_floor(page, floor, len(above))
@@ -164,6 +197,23 @@ async def home_timeline(conn: Conn, user: int, page: paging.Range) -> list[Row]:
     below = await _all(conn, sql.HOME_BELOW_FLOOR[rest.order], {
         "user": user, "after": rest.after, "before": rest.before, "limit": rest.fetch})
     return paging.combine(page, above, below)
+
+
+async def _above_floor(conn: Conn, page: paging.Range, params: dict[str, Any],
+                       names: TimelinePartitions | None) -> list[Row]:
+    """sql.HOME_ABOVE_FLOOR's rows, through the reader's partition when its name can be trusted."""
+    partition = None if names is None else await names.of(conn, params["user"])
+    if names is not None and partition is not None:
+        query = sql.home_above_floor(page.order, partition.schema, partition.name, partition.constraint)
+        try:
+            found = await _all(conn, query, params)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
+            names.wrong(partition, type(exc).__name__)
+        else:
+            if not found or found[0]["placed"]:
+                return found
+            names.wrong(partition, "constraint changed")
+    return await _all(conn, sql.HOME_ABOVE_FLOOR[page.order], params)
 
 
 # Notifications (docs/notifications.md).

@@ -37,6 +37,14 @@ WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND pg_get
   AND (c.relispartition OR NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')))
 """  # tables, views and sequences no table owns, and partitions (ALTER TABLE ... OWNER TO does not recurse to them)
 TABLE_OWNER: Final = sql.SQL("ALTER TABLE {} OWNER TO {}")
+# The api reads the reader's partition of timelines by name (docs/adr/0153): SELECT on each partition as on the
+# parent (grants.sql). A partition made later (a split, docs/database.md) gets it at the next bootstrap-roles; until
+# then the api reads that partition's readers through the parent.
+TIMELINE_PARTITIONS: Final = """
+SELECT n.nspname, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass('timelines')
+"""
+GRANT_READ: Final = sql.SQL("GRANT SELECT ON {} TO {}")
 
 
 def ensure_roles(admin_url: str, roles: Roles, passwords: Mapping[str, str]) -> list[str]:
@@ -87,6 +95,8 @@ def apply_grants(database_url: str, roles: Roles) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn, conn.transaction():
         conn.execute(LOCK)
         conn.execute(grants(conn.info.dbname, roles))
+        for schema, name in conn.execute(TIMELINE_PARTITIONS).fetchall():
+            conn.execute(GRANT_READ.format(sql.Identifier(schema, name), sql.Identifier(roles.login("api"))))
 
 
 def grants(dbname: str, roles: Roles) -> sql.Composed:

@@ -105,7 +105,7 @@ async def home(request: Request) -> Response:
     asked = pages.page_range(params, limit)
 
     async def page(db: Conn, me: int) -> tuple[list[int], list[bytes], bool]:
-        rows: list[Row] = await api_store.home_timeline(db, me, asked)
+        rows: list[Row] = await api_store.home_timeline(db, me, asked, request.app.state.timeline_partitions)
         items, more = pages.cut(asked, rows, limit)
         return [int(r["id"]) for r in items], await views.status_json(request, db, items), more
 

@@ -54,5 +54,6 @@ async def timeline(token: Token, request: Request, after: ReadAfter = None, limi
     """Posts of the accounts the caller follows and the caller's own, newest first, no duplicates. `cursor`: a
     next_cursor (older posts) or prev_cursor (newer posts) of a previous page."""
     asked = page_range(cursor, limit)
-    rows = await read(request, token, after, lambda db, me: store.home_timeline(db, me, asked))
+    partitions = request.app.state.timeline_partitions
+    rows = await read(request, token, after, lambda db, me: store.home_timeline(db, me, asked, partitions))
     return home_page(asked, rows, limit)

@@ -14,7 +14,7 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.sql import SQL, Composed
 
-from services.api import db, sql, store
+from services.api import db, partitions, sql, store
 from services.api.paging import Range
 from testkit import plans
 
@@ -124,18 +124,18 @@ def test_the_read_below_the_floor_descends_once_per_followed_account_then_reads_
     assert _rows_read(root, "posts") <= 5001 + PAGE * PAGE + PAGE, _rows_read(root, "posts")
 
 
-def _prepared_generic(loaded: Db, statement: bytes) -> Composed:
+def _prepared_generic(loaded: Db, statement: bytes, explain: bool = True) -> Composed:
     """PREPARE `statement` as `page` with a generic plan, as the api's connections run it (services/api/db.py
     session_options): planned once without the values. Returns the EXPLAIN ANALYZE of its execution for reader 1's
-    first page."""
+    first page, or with `explain` false the execution itself."""
     text = statement.decode()
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
     positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     loaded.execute("SET plan_cache_mode = force_generic_plan")
     loaded.execute(f"PREPARE page ({', '.join('bigint' for _ in names)}) AS {positional}")  # a constant above
-    return SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE page ({})").format(
-        SQL(", ").join(params[n] for n in names))
+    return SQL("{}EXECUTE page ({})").format(SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " if explain else ""),
+                                            SQL(", ").join(params[n] for n in names))
 
 
 @pytest.mark.parametrize("statement", ["HOME_ABOVE_FLOOR", "HOME_BELOW_FLOOR"])
@@ -152,6 +152,45 @@ def test_the_generic_plans_the_api_runs_use_indexes_and_one_partition(loaded: Db
     partitions = {n["Relation Name"] for n in plans.scans(root) if plans.is_partition(n.get("Relation Name"))}
     assert len(partitions) <= 1, partitions
     assert _rows_read(root, "follows") <= (PULLED + 2 * PAGE if statement == "HOME_ABOVE_FLOOR" else 5000 + PAGE)
+
+
+def _reader_partition(loaded: Db, user: int) -> partitions.Partition:
+    layout = partitions.Layout.parse(loaded.execute(partitions.LAYOUT).fetchall())
+    assert layout is not None
+    return layout.of(user)
+
+
+@pytest.mark.parametrize("order", ["newest", "oldest"])
+def test_the_named_read_plans_and_locks_one_partition_where_the_parents_generic_plan_locks_every_one(
+        loaded: Db, order: str) -> None:
+    """The generic plan of the read through the parent holds all 32 partitions and locks them all each time it
+    starts (Postgres 15 locks a cached plan's relations before it prunes), past the 16 locks a backend takes on the
+    fast path; the read naming the reader's partition (docs/adr/0153) plans and locks that one, with the same scans
+    otherwise and the same page."""
+    part = _reader_partition(loaded, 1)
+    statements = {"parent": sql.HOME_ABOVE_FLOOR[order],
+                  "named": sql.home_above_floor(order, part.schema, part.name, part.constraint)}
+    locked: dict[str, Any] = {}
+    pages, scans = {}, {}
+    for kind, statement in statements.items():
+        execute = _prepared_generic(loaded, statement, explain=False)
+        row = loaded.execute(SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) ") + execute).fetchone()
+        assert row is not None
+        scans[kind] = {(s[0], _parent_index(s[2])) for s in _scans(plans.root(row["QUERY PLAN"]))}
+        verbose = "\n".join(r["QUERY PLAN"] for r in loaded.execute(SQL("EXPLAIN (VERBOSE) ") + execute))
+        assert "walfeed_timeline_partition_is" not in verbose  # the check folded into the plan (db/init/024)
+        with loaded.transaction(force_rollback=True):
+            pages[kind] = [r["id"] for r in loaded.execute(execute).fetchall()]
+            locked[kind] = loaded.execute(
+                "SELECT count(*) FILTER (WHERE c.relname ~ '^timelines') AS timelines, "
+                "count(*) FILTER (WHERE NOT l.fastpath) AS slow FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' "
+                "AND c.relnamespace <> 'pg_catalog'::regnamespace").fetchone()  # not this query's own
+        loaded.execute("DEALLOCATE page")
+    assert pages["named"] == pages["parent"] and len(pages["named"]) == PAGE, pages
+    assert scans["named"] == scans["parent"], scans
+    assert locked["named"] == {"timelines": 2, "slow": 0}, locked  # the partition and its primary key's index
+    assert locked["parent"]["timelines"] >= 33 and locked["parent"]["slow"] > 0, locked
 
 
 def test_a_generic_plan_reads_the_pending_unfollows_by_key_once_their_statistics_say_they_are_many(
@@ -176,20 +215,24 @@ def test_a_generic_plan_reads_the_pending_unfollows_by_key_once_their_statistics
     assert options is not None and "autovacuum_analyze_threshold=50" in options["reloptions"]
 
 
-async def _plan_cache_mode(database_url: str) -> str:
+async def _plan_cache_mode(database_url: str) -> tuple[str, int | None]:
     pool = db.make_pool(database_url, min_size=1, max_size=1, timeout=5, options=db.session_options(2.0))
     await pool.open()
     try:
         async with pool.connection() as conn:
             row = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+            kept = conn.prepared_max
     finally:
         await pool.close()
     assert row is not None
-    return str(row["plan_cache_mode"])
+    return str(row["plan_cache_mode"]), kept
 
 
-def test_api_connections_run_generic_plans(database_url: str) -> None:
-    assert asyncio.run(_plan_cache_mode(database_url)) == "force_generic_plan"
+def test_api_connections_run_generic_plans_and_keep_every_partitions_read_prepared(database_url: str) -> None:
+    """Generic plans (db.session_options), and room for the home read's 64 texts (2 orders x 32 partitions,
+    docs/adr/0153) beside the api's other statements."""
+    assert asyncio.run(_plan_cache_mode(database_url)) == ("force_generic_plan", db.PREPARED_MAX)
+    assert db.PREPARED_MAX >= 2 * 32 + 100
 
 
 def _parent_index(name: str | None) -> str | None:
@@ -208,14 +251,19 @@ class CountingConn:
         return await self.conn.execute(*args, **kwargs)
 
 
-async def _count_statements(database_url: str) -> dict[str, int]:
+async def _count_statements(database_url: str, named: bool) -> dict[str, int]:
+    """Statements per page; `named`: the api's way, naming the reader's partition (the layout read before)."""
     counts = {}
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        names = store.TimelinePartitions() if named else None
+        if names is not None:
+            assert await names.of(conn, 1) is not None
         for follows, user in READERS.items():
             for order in ("newest", "oldest"):
                 probe = CountingConn(conn)
                 after = 0 if order == "newest" else 10**9  # oldest first: above every post, nothing to read
-                rows = await store.home_timeline(probe, user, Range(after=after, order=order, fetch=PAGE))  # type: ignore[arg-type]
+                rows = await store.home_timeline(probe, user, Range(after=after, order=order, fetch=PAGE),  # type: ignore[arg-type]
+                                                 names)
                 assert rows or order == "oldest" or follows == 0
                 counts[f"follows {follows} {order}"] = probe.statements
         floor = await (await conn.execute("SELECT timeline_floor FROM users WHERE id = 1")).fetchone()
@@ -223,15 +271,16 @@ async def _count_statements(database_url: str) -> dict[str, int]:
         for name, page in (("straddling newest", Range(before=floor["timeline_floor"] + 5, fetch=PAGE)),
                            ("straddling oldest", Range(after=floor["timeline_floor"] - 5, order="oldest", fetch=PAGE))):
             probe = CountingConn(conn)  # the part above the floor, then the part below it
-            rows = await store.home_timeline(probe, 1, page)  # type: ignore[arg-type]
+            rows = await store.home_timeline(probe, 1, page, names)  # type: ignore[arg-type]
             assert len(rows) == PAGE
             counts[name] = probe.statements
     return counts
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["parent", "named"])
 def test_a_page_is_one_statement_whatever_the_accounts_followed_and_two_across_the_floor(
-        loaded: Db, database_url: str) -> None:
-    counts = asyncio.run(_count_statements(database_url))
+        loaded: Db, database_url: str, named: bool) -> None:
+    counts = asyncio.run(_count_statements(database_url, named))
     assert {n for k, n in counts.items() if k.startswith("follows")} == {1}, counts
     assert counts["straddling newest"] == counts["straddling oldest"] == 2, counts
 

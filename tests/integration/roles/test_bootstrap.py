@@ -41,3 +41,20 @@ def test_bootstrap_twice_at_once_converges_and_revokes_what_was_added_by_hand(
     with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
             pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("DELETE FROM timelines")
+
+
+def test_the_api_may_read_each_partition_of_timelines_and_nothing_more(
+        role_env: RoleEnv, role_settings: RoleSettings, database_url: str) -> None:
+    """The home read names the reader's partition (docs/adr/0153): SELECT on each, as on the parent; the worker,
+    which writes through the parent, is given none."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rights = conn.execute(
+            "SELECT c.relname, has_table_privilege(%s, c.oid, 'SELECT'), "
+            "has_table_privilege(%s, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'), "
+            "has_table_privilege(%s, c.oid, 'SELECT') "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'timelines'::regclass",
+            (role_settings.roles.login("api"), role_settings.roles.login("api"),
+             role_settings.roles.login("worker"))).fetchall()
+    assert len(rights) == 32 and {r[1:] for r in rights} == {(True, False, False)}, rights
+    with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM timelines_p00").fetchone() == (0,)
