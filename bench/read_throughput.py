@@ -15,8 +15,10 @@ rows, floor below), starts the real `walfeed api` (--workers processes, pool --p
    rows as JSON with orjson, no auth: the framework's floor for a page; `api / floor app` is what walfeed's own
    code (auth, the read's design, validation, middleware, the response) costs on top of FastAPI and its server;
 3. design: pgbench running the api's read statement itself (HOME_ABOVE_FLOOR: materialized rows merged with
-   the pulled followees' and the reader's own posts) with the same connections as the api's pools and the api's
-   session settings (its generic plan: at Postgres's default pgbench would plan this statement at every run);
+   the pulled followees' and the reader's own posts), naming each reader's partition of timelines as the api does
+   (a script per partition, with its first reader of the group: docs/adr/0153), with the same connections as the api's
+   pools and the api's session settings (its generic plan: at Postgres's default pgbench would plan this
+   statement at every run);
 4. bare: pgbench reading a page of a reader's materialized timeline joined with posts, one statement: the cheapest
    way the database serves a page of 20 posts (the ceiling; it skips the celebrity merge, which the design pays).
 
@@ -39,11 +41,13 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from psycopg.rows import dict_row
 
 from bench.lib import closedloop, entry, infra
 from bench.lib.cpumeter import CpuMeter
-from services.api import sql
+from services.api import partitions, sql
 from services.api.db import session_options
+from services.api.partitions import Layout
 from testkit.processes import free_port
 from testkit.waiting import eventually
 
@@ -90,14 +94,36 @@ def pgbench_script(statement: str, first: int, last: int) -> str:
     return f"\\set user random({first}, {last})\n" + " ".join(text.split()) + ";\n"
 
 
-def design_statement() -> str:
-    """The api's read statement (sql.HOME_ABOVE_FLOOR, newest first) with pgbench variables: the first page, 21
-    rows asked (the api asks one more than it shows, to know whether a next page exists)."""
-    text = sql.HOME_ABOVE_FLOOR["newest"].decode()
+def design_statement(statement: bytes = sql.HOME_ABOVE_FLOOR["newest"]) -> str:
+    """The api's read statement (newest first; through the parent unless another is given) with pgbench
+    variables: the first page, 21 rows asked (the api asks one more than it shows, to know whether a next page
+    exists)."""
+    text = statement.decode()
     text = text.replace("%(user)s", ":user").replace("%(before)s", "9223372036854775807")
     text = text.replace("%(after)s", "0").replace("%(limit)s", "21")
     assert "%(" not in text, text
     return text
+
+
+def design_scripts(url: str, group: Group, named: bool = True) -> list[str]:
+    """The read as the api sends it (docs/adr/0153): for the first reader of the group in each partition of
+    timelines, the statement naming that reader's partition, a pgbench script of its own; not `named`: the statement
+    through the parent for any reader of the group, one script. pgbench prepares each script on each connection,
+    so a script per reader would mostly measure planning (a generic plan over 32 partitions costs milliseconds)."""
+    if not named:
+        return [pgbench_script(design_statement(), group.first, group.last)]
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        layout = Layout.parse(conn.execute(partitions.LAYOUT).fetchall())
+    assert layout is not None, "timelines is not hash-partitioned"
+    first: dict[str, int] = {}
+    for user in range(group.first, group.last + 1):
+        first.setdefault(layout.of(user).name, user)
+    out = []
+    for user in first.values():
+        part = layout.of(user)
+        text = design_statement(sql.home_above_floor("newest", part.schema, part.name, part.constraint))
+        out.append(pgbench_script(text, user, user))
+    return out
 
 
 def requests(first: int, last: int) -> list[bytes]:
@@ -204,7 +230,7 @@ def run(res: infra.Resources, args: argparse.Namespace) -> int:
     for i in range(args.pairs):
         for g in groups:
             reads, floors = requests(g.first, g.last), floor_requests(g.first, g.last)
-            design = pgbench_script(design_statement(), g.first, g.last)
+            design = design_scripts(url, g)
             bare = pgbench_script(BARE, g.first, g.last)
             runs: dict[str, tuple[int, Callable[[], float]]] = {
                 "api": (api.pid, partial(closedloop.load, port, reads, b"HTTP/1.1 200", args.clients, args.seconds)),
