@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-PARENT: Final = "timelines"
 SEED: Final = 0x7A5B22367996DCFD  # HASH_PARTITION_SEED
 _COMBINE: Final = 0x49A0F4DD15E5A8E3  # hash_combine64's constant
 _M32: Final = 0xFFFFFFFF

@@ -172,7 +172,11 @@ class TimelinePartitions:
         if self._clock() >= self._due:
             self._due = self._clock() + self._refresh  # before the await: one refresh at a time
             self._layout = None
-            self._layout = partitions.Layout.parse(await _all(conn, partitions.LAYOUT, {}))
+            try:
+                self._layout = partitions.Layout.parse(await _all(conn, partitions.LAYOUT, {}))
+            except psycopg.Error as exc:  # the read goes on through the parent, and fails there if it must
+                log.warning("partition layout not read", extra={"error": type(exc).__name__,
+                                                                "action": "partition_layout_unread"})
         return None if self._layout is None else self._layout.of(user)
 
     def wrong(self, partition: partitions.Partition, reason: str) -> None:

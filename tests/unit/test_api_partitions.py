@@ -4,13 +4,15 @@ tests/integration/api/test_partition_names.py."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api import partitions
+from services.api import partitions, store
 from services.api.partitions import Layout, row_hash
 
 # hashint8extended(key, HASH_PARTITION_SEED) as PostgreSQL 15 answers it (SELECT i, hashint8extended(i,
@@ -73,3 +75,58 @@ def test_a_split_partition_sends_each_user_to_the_half_its_hash_names(user: int)
 def test_anything_but_a_complete_set_of_hash_partitions_is_read_through_the_parent(
         rows: list[dict[str, Any]]) -> None:
     assert Layout.parse(rows) is None
+
+
+class _Catalog:
+    """Stands in for an api connection: answers partitions.LAYOUT with `rows`, or fails as a database would."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows, self.reads, self.fail = rows, 0, False
+
+    async def execute(self, query: Any, params: Any = None) -> _Catalog:
+        assert query == partitions.LAYOUT
+        self.reads += 1
+        if self.fail:
+            raise psycopg.OperationalError("the server closed the connection")
+        return self
+
+    async def fetchall(self) -> list[dict[str, Any]]:
+        return self.rows
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_layout_is_read_once_a_refresh_forgotten_when_wrong_and_a_failed_read_leaves_the_parent() -> None:
+    """store.TimelinePartitions: one catalog read per refresh period; a wrong name sends reads to the parent (None)
+    until the next refresh; a catalog read that fails does not fail the home read (None: through the parent)."""
+    catalog, clock = _Catalog(_rows(*((32, r) for r in range(32)))), _Clock()
+    names = store.TimelinePartitions(refresh=60, clock=clock)
+
+    async def of(user: int) -> str | None:
+        found = await names.of(catalog, user)  # type: ignore[arg-type]
+        return None if found is None else found.name
+
+    async def scenario() -> None:
+        assert await of(7) == f"t_32_{row_hash(7) % 32}" and await of(8) is not None
+        assert catalog.reads == 1
+        part = (await names.of(catalog, 7))  # type: ignore[arg-type]
+        assert part is not None
+        names.wrong(part, "constraint changed")
+        clock.now = 59
+        assert await of(7) is None and catalog.reads == 1  # through the parent until the refresh is due
+        clock.now = 60
+        assert await of(7) is not None and catalog.reads == 2
+        catalog.fail, clock.now = True, 120
+        assert await of(7) is None and catalog.reads == 3  # no exception: the read goes on through the parent
+        catalog.fail, clock.now = False, 150
+        assert await of(7) is None and catalog.reads == 3  # not before the next refresh
+        clock.now = 180
+        assert await of(7) is not None and catalog.reads == 4
+
+    asyncio.run(scenario())
