@@ -2,14 +2,7 @@
 change forgets the user, a fill that raced with a change is dropped, and nothing is served without the listener."""
 
 from services.api.authcache import TokenCache
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from testkit.clock import Clock
 
 
 def live(ttl: float, **kwargs: object) -> TokenCache:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from services.api import partitions, store
 from services.api.partitions import Layout, row_hash
+from testkit.clock import Clock
 
 # hashint8extended(key, HASH_PARTITION_SEED) as PostgreSQL 15 answers it (SELECT i, hashint8extended(i,
 # 8816678312871386365)), as signed 64-bit numbers; the row hash adds hash_combine64's constant.
@@ -94,18 +95,10 @@ class _Catalog:
         return self.rows
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_layout_is_read_once_a_refresh_forgotten_when_wrong_and_a_failed_read_leaves_the_parent() -> None:
     """store.TimelinePartitions: one catalog read per refresh period; a wrong name sends reads to the parent (None)
     until the next refresh; a catalog read that fails does not fail the home read (None: through the parent)."""
-    catalog, clock = _Catalog(_rows(*((32, r) for r in range(32)))), _Clock()
+    catalog, clock = _Catalog(_rows(*((32, r) for r in range(32)))), Clock(0.0)
     names = store.TimelinePartitions(refresh=60, clock=clock)
 
     async def of(user: int) -> str | None:

@@ -8,14 +8,7 @@ from hypothesis import strategies as st
 
 from services.api import readafter
 from services.api.readafter import WriteMemory
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from testkit.clock import Clock
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))

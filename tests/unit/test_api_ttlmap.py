@@ -6,14 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.ttlmap import TtlMap
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from testkit.clock import Clock
 
 
 def test_an_entry_lives_ttl_seconds_then_is_dropped() -> None:

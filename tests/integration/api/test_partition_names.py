@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from services.api import partitions, store
 from services.api.paging import Range
 from services.api.partitions import Layout
+from testkit.clock import Clock
 
 pytestmark = pytest.mark.integration
 
@@ -95,14 +96,6 @@ class Recording:
         return await self.conn.execute(query, *args, **kwargs)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 PAGES = [Range(fetch=21), Range(before=6000, fetch=21), Range(after=3000, order="oldest", fetch=21),
          Range(after=8990, order="oldest", fetch=21)]
 
@@ -136,7 +129,7 @@ async def _scenario(database_url: str, loaded: Db) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
         conn.prepare_threshold = 0  # every statement prepared at once: its plan (and its check) outlives the split
         await conn.execute("SET plan_cache_mode = force_generic_plan")
-        clocks = Clock(), Clock()
+        clocks = Clock(0.0), Clock(0.0)
         first, second = (store.TimelinePartitions(refresh=60, clock=clock) for clock in clocks)
         expected, _ = await _pages(conn, readers, None)
         for names in (first, second):
