@@ -169,8 +169,8 @@ class TimelinePartitions:
 
     async def of(self, conn: Conn, user: int) -> partitions.Partition | None:
         """The reader's partition, or None: read through the parent."""
-        if self._clock() >= self._due:
-            self._due = self._clock() + self._refresh  # before the await: one refresh at a time
+        if (now := self._clock()) >= self._due:
+            self._due = now + self._refresh  # before the await: one refresh at a time
             self._layout = None
             try:
                 self._layout = partitions.Layout.parse(await _all(conn, partitions.LAYOUT, {}))
@@ -206,8 +206,7 @@ async def home_timeline(conn: Conn, user: int, page: paging.Range,
 async def _above_floor(conn: Conn, page: paging.Range, params: dict[str, Any],
                        names: TimelinePartitions | None) -> list[Row]:
     """sql.HOME_ABOVE_FLOOR's rows, through the reader's partition when its name can be trusted."""
-    partition = None if names is None else await names.of(conn, params["user"])
-    if names is not None and partition is not None:
+    if names is not None and (partition := await names.of(conn, params["user"])) is not None:
         query = sql.home_above_floor(page.order, partition.schema, partition.name, partition.constraint)
         try:
             found = await _all(conn, query, params)
