@@ -121,13 +121,13 @@ ORDER BY id DESC LIMIT %(limit)s
 # Home timeline (docs/adr/0096). Both statements come in two orders: newest first (a page older than `before`, or the
 # newest page above `after`) and oldest first (the page just above `after`, for paging towards newer posts); the
 # range is always after < id < before. psycopg.sql composes each order's keywords into the text, never a value:
-# `farthest` picks the far end of a set of ids in that order, `within` compares an id with it, `everything` is the
-# far end that leaves nothing out.
+# `farthest` picks the far end of a set of ids in that order, `nearer` the nearer of two far ends, `within` compares an
+# id with one, `everything` is the far end that leaves nothing out.
 _ORDERS: Final = {
-    "newest": {"order": sql.SQL("DESC"), "farthest": sql.SQL("min"), "within": sql.SQL(">="),
-               "everything": sql.Literal(0)},
-    "oldest": {"order": sql.SQL("ASC"), "farthest": sql.SQL("max"), "within": sql.SQL("<="),
-               "everything": sql.Literal(2**63 - 1)},
+    "newest": {"order": sql.SQL("DESC"), "farthest": sql.SQL("min"), "nearer": sql.SQL("greatest"),
+               "within": sql.SQL(">="), "everything": sql.Literal(0)},
+    "oldest": {"order": sql.SQL("ASC"), "farthest": sql.SQL("max"), "nearer": sql.SQL("least"),
+               "within": sql.SQL("<="), "everything": sql.Literal(2**63 - 1)},
 }
 
 
@@ -154,31 +154,40 @@ _EDGE: Final = """), bound AS (
 # whose stale rows are skipped: db/init/022, docs/adr/0150 and 0152), merged with the posts of the reader's pulled
 # followees (follows_pulled_idx: a handful per reader, each probed on posts_pulled_idx as above, so that even a reader
 # who follows thousands of them reads a bounded page) and the reader's own recent posts (read-your-writes before the
-# worker ran). Each branch carries the columns of the page, so the page needs no second lookup of its posts. The first
-# column is the reader's floor (one row with a NULL post when the range is empty): the caller decides from it whether
-# the page continues below the floor (paging.py). Each branch reads `low` as a scalar subquery, so that it bounds the
-# index range itself (a join with `me` would only filter the rows read).
+# worker ran). The materialized rows come first: when they fill a page, the page cannot reach beyond their far end
+# (`reach`), so the other two branches read only the posts within it, not `limit` posts of each celebrity, whose
+# bodies would be fetched to be thrown away (docs/adr/0154). Each branch carries the columns of the page, so the page
+# needs no second lookup of its posts. The first column is the reader's floor (one row with a NULL post when the range
+# is empty): the caller decides from it whether the page continues below the floor (paging.py). Each branch reads
+# `low` (and `own` its edge) as a scalar subquery, so that it bounds the index range itself (a join with `me` would
+# only filter the rows read).
 # `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
 _HOME_ABOVE_FLOOR: Final = """
 WITH me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
            EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure, {placed} AS placed
     FROM users WHERE id = %(user)s
-), pushed AS (
+), pushed AS MATERIALIZED (
     SELECT p.id, p.author_id, p.body, p.created_at FROM {timelines} t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
     WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
       AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
     ORDER BY t.post_id {order} LIMIT %(limit)s
+), reach AS MATERIALIZED (
+    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge FROM pushed
 ), heads AS (
     SELECT f.followee_id AS author_id, h.id FROM follows f CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
         WHERE p.author_id = f.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
-          AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
+          AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM reach)
         ORDER BY p.id {order} LIMIT 1) h
     WHERE f.follower_id = %(user)s AND f.pulled
-""" + _EDGE + """), pulled AS (
+), bound AS (
+    SELECT {nearer}((SELECT edge FROM reach),
+                    CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END) AS edge
+    FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
+), pulled AS (
     SELECT x.* FROM bound b, heads h CROSS JOIN LATERAL (
         SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
         WHERE p.author_id = h.author_id AND p.fanned_out = false AND p.deleted_at IS NULL
@@ -188,6 +197,7 @@ WITH me AS MATERIALIZED (
 ), own AS (
     SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
     WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.id < %(before)s AND p.id >= (SELECT low FROM me)
+      AND p.id {within} (SELECT edge FROM bound)
     ORDER BY p.id {order} LIMIT %(limit)s
 ), page AS (
     SELECT * FROM pushed UNION SELECT * FROM pulled UNION SELECT * FROM own

@@ -90,6 +90,44 @@ def test_the_read_above_the_floor_reads_the_page_not_the_follow_list(loaded: Db,
     assert _rows_read(root, "posts") <= 4 * (PULLED + 3) * PAGE, _rows_read(root, "posts")
 
 
+@pytest.mark.parametrize("order", ["newest", "oldest"])
+def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str) -> None:
+    """Reader 2 follows 20 accounts, 9 of them celebrities posting as often as the 11 others: a full page of
+    materialized rows spans about two of their rounds, so the celebrities' posts farther than that page's far end
+    cannot be on the page and are not read (each would be a heap fetch of its body): the pulled branch reads the
+    heads and the posts within that reach, not `limit` posts of each celebrity. The page is the same as when every
+    branch reads `limit` posts."""
+    # 30 posts of the reader's own from the middle of the history: beyond the reach of the first page either way
+    loaded.execute("UPDATE posts SET author_id = 2 WHERE id BETWEEN 30000 AND 30029 AND author_id > 22")
+    celebrities = [r["followee_id"] for r in loaded.execute(
+        "SELECT followee_id FROM follows WHERE follower_id = 2 AND pulled ORDER BY 1").fetchall()]
+    assert len(celebrities) == 9, celebrities
+    params = {"user": 2, "after": 0, "before": 2**63 - 1, "limit": PAGE}
+    if order == "oldest":
+        params["after"] = int(loaded.execute("SELECT min(post_id) - 1 AS a FROM timelines WHERE user_id = 2")
+                              .fetchone()["a"])
+    direction = "DESC" if order == "newest" else "ASC"
+    far = loaded.execute(f"SELECT id FROM (SELECT post_id AS id FROM timelines WHERE user_id = 2 AND post_id > %s"
+                         f" ORDER BY post_id {direction} LIMIT %s) x ORDER BY id {direction} OFFSET %s",
+                         (params["after"], PAGE, PAGE - 1)).fetchone()["id"]
+    within = "id >= %s" if order == "newest" else "id <= %s"
+    reachable = loaded.execute(f"SELECT count(*) AS n FROM posts WHERE (author_id = ANY(%s) AND fanned_out = false"
+                               f" OR author_id = 2) AND id > %s AND {within}",
+                               (celebrities, params["after"], far)).fetchone()["n"]
+    assert 0 < reachable < 3 * len(celebrities) + 2, reachable  # about two rounds of theirs, and one undecided own
+
+    root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], params, analyze=True)
+    read = sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in plans.scans(root)
+               if n.get("Index Name") in ("posts_pulled_idx", "posts_author_idx"))
+    assert read <= len(celebrities) + reachable, (read, reachable)  # one head each, then the posts within reach
+    page = [r["id"] for r in loaded.execute(sql.HOME_ABOVE_FLOOR[order], params).fetchall()]
+    everything = loaded.execute(
+        f"SELECT id FROM posts WHERE deleted_at IS NULL AND id > %s AND (author_id = 2 OR (author_id = ANY(%s)"
+        f" AND fanned_out = false) OR id IN (SELECT post_id FROM timelines WHERE user_id = 2))"
+        f" ORDER BY id {direction} LIMIT %s", (params["after"], celebrities, PAGE)).fetchall()
+    assert page == [r["id"] for r in everything]
+
+
 def test_rows_are_checked_against_follows_only_while_the_reader_has_an_unfollow_pending(loaded: Db) -> None:
     """Without a pending unfollow the page's rows are not probed in follows (only the pulled followees are read
     there); after one (the follows delete records it: db/init/022) every row is, and the unfollowed author's rows,
