@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.home_read [--rounds 5] [--reads 300]
 
-Seeds its own database: 10,020 authors with 40 posts each (20 celebrities, whose posts are pulled at read time,
+Seeds its own database: 5,020 authors with 40 posts each (20 celebrities, whose posts are pulled at read time,
 5,000 others, and 5,000 more celebrities), a reader following 20 accounts and one following 5,000 (each with 4 of
 the 20 celebrities among them) with the worker's capped timeline materialized (newest 800 pushed rows, floor
 below), and a third reader following the 5,000 other celebrities. Starts `walfeed api` (2 processes) and reads,
