@@ -1,15 +1,19 @@
 """Capacity: offered load in steps through the real pipeline, up to the knee.
 
     .venv/bin/python -m bench.capacity [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
-                                       [--kinds sql,http] [--quick] [--out DIR] [--json FILE]
+                                       [--kinds sql,http,floor] [--quick] [--out DIR] [--json FILE]
 
 Two pipelines run side by side, each on its own database (seeded: 100 authors with 10 followers each, and a
 history), AMQP prefix and slot, with the real processes: `walfeed relay` and 2 `walfeed worker`s each, and for
-the HTTP kind also `walfeed api`. Writer kinds:
+the HTTP kind also `walfeed api` (the floor kind the floor app). Writer kinds:
 
 - sql: paced writers issuing the API's own statements directly (bench/lib/e2e.py write_post);
 - http: paced writers posting through the api (POST /v1/posts, bearer tokens of the seeded authors): one event loop
-  driving keep-alive connections (bench/lib/httpload.py). Commit time is when the 201 response arrives.
+  driving keep-alive connections (bench/lib/httpload.py). Commit time is when the 201 response arrives;
+- floor: the same HTTP writer against the framework's floor (bench/floor_app.py: a minimal FastAPI route running
+  the api's one-statement insert of a post and its outbox row, no auth, the api's server, processes and pool size):
+  what any FastAPI app doing this work keeps of the pipeline's capacity on this machine, the ceiling of the HTTP
+  kind that does not depend on walfeed's api.
 
 Steps are interleaved (sql 250, http 250, sql 500, ...). Each step writes at its offered rate for --seconds, then
 waits up to --drain seconds for its posts to become visible. Per step: achieved write rate; delivered rate (posts
@@ -53,12 +57,13 @@ from bench.lib import dbload, e2e, entry, figures, httpload, infra, knee, proc, 
 from bench.lib.report import fmt
 from bench.run_all import AUTHORS, PER_AUTHOR
 from bench.run_all import process_env as pipeline_env
+from services.api.config import ApiSettings
 from testkit.processes import Process, free_port
 from testkit.waiting import eventually
 
 STEPS = (250, 500, 1000, 2000, 4000)
 QUICK_STEPS = (250, 1000, 2000)
-KINDS = ("sql", "http")
+KINDS = ("sql", "http", "floor")
 WORKERS = 2
 # 100 authors write up to 4,000 posts/s: the api's per-user write limit (120 a minute) would answer 429. Its
 # processes and pools are the api's own defaults (one worker per CPU, ADR 0111).
@@ -91,18 +96,21 @@ class Pipeline:
     url: str
     prefix: str
     procs: dict[str, list[Process]] = field(default_factory=dict)
-    port: int = 0  # the api's (http kind)
+    port: int = 0  # the api's (http kind) or the floor app's (floor kind)
 
     @property
     def dbname(self) -> str:
         return str(psycopg.conninfo.conninfo_to_dict(self.url)["dbname"])
 
     def write(self, rate: int) -> e2e.Write | None:
-        """The api's writer (one thread, many connections) for the http kind; the SQL writers' default otherwise."""
-        return functools.partial(httpload.writer, self.port, connections(rate)) if self.kind == "http" else None
+        """The HTTP writer (one thread, many connections) for the http and floor kinds; the SQL writers' default
+        otherwise."""
+        if self.kind == "sql":
+            return None
+        return functools.partial(httpload.writer, self.port, connections(rate), self.kind == "floor")
 
     def writers(self, rate: int) -> int:
-        return 1 if self.kind == "http" else sql_writers(rate)
+        return sql_writers(rate) if self.kind == "sql" else 1
 
 
 def start(res: infra.Resources, kind: str, url: str) -> Pipeline:
@@ -117,6 +125,14 @@ def start(res: infra.Resources, kind: str, url: str) -> Pipeline:
             auth = {"Authorization": f"Bearer {infra.token(1)}"}
             eventually(lambda: client.get("/v1/users/1", headers=auth).status_code == 200, timeout=60,
                        what="the api to answer an authenticated request")
+    elif kind == "floor":  # the api's defaults: a process per CPU, a pool of WALFEED_API_POOL_MAX each
+        pipe.port = free_port()
+        api = ApiSettings.from_env(env)
+        pipe.procs["api"] = [res.start("floor", ["--port", str(pipe.port), "--workers", str(api.workers),
+                                                 "--pool", str(api.pool_max)], env, module="bench.floor_app")]
+        with httpx.Client(base_url=f"http://127.0.0.1:{pipe.port}", timeout=5) as client:
+            eventually(lambda: client.get("/page", params={"user": 1}).status_code == 200, timeout=60,
+                       what="the floor app to answer")
     return pipe
 
 
@@ -209,8 +225,11 @@ def markdown(result: Mapping[str, Any]) -> str:
            "share; loadgen: this process (writers, watcher, broker listener).", ""]
     for kind, k in result["knee"].items():
         out.append(f"- knee, {kind.upper()} writers: {k:,} posts/s")
-    if result.get("http_over_sql") is not None:
-        out.append(f"- HTTP knee / SQL knee, same run: {result['http_over_sql']:.2f}")
+    for key, what in (("http_over_sql", "HTTP (the api) knee / SQL knee"),
+                      ("floor_over_sql", "floor app knee / SQL knee"),
+                      ("http_over_floor", "HTTP (the api) knee / floor app knee")):
+        if result.get(key) is not None:
+            out.append(f"- {what}, same run: {result[key]:.2f}")
     for kind, skipped in result["skipped"].items():
         why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
         out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
@@ -245,7 +264,8 @@ def main() -> int:
     parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default 250,500,1000,2000,4000)")
     parser.add_argument("--seconds", type=float, help="writing time per step (default 30; --quick 3)")
     parser.add_argument("--drain", type=float, help="seconds a step waits for its posts (default 60; --quick 15)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds: sql, http or both (default)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds, comma-separated: sql, http, floor "
+                                                                  "(default: all three)")
     parser.add_argument("--quick", action="store_true", help="steps 250,1000,2000 of 3 s each")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>-capacity)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file (bench/lib/figures.py)")
@@ -293,7 +313,8 @@ def main() -> int:
     meta["load_after"] = entry.load_avg()
     knees = {k: knee.knee([s for s in results if s["kind"] == k]) for k in kinds}
     result = {"meta": meta, "steps": results, "skipped": skipped, "knee": knees, "aborted": aborted,
-              "http_over_sql": knee.ratio(knees)}
+              "http_over_sql": knee.ratio(knees), "floor_over_sql": knee.ratio(knees, "floor"),
+              "http_over_floor": knee.ratio(knees, "http", "floor")}
     (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "report.md").write_text(markdown(result))
     from bench.lib import plots  # matplotlib is the bench extra: needed only here

@@ -24,9 +24,13 @@ from bench.lib.infra import token
 from bench.lib.stats import send_time
 
 
-def request(author: int, n: int) -> bytes:
+def request(author: int, n: int, floor: bool = False) -> bytes:
+    """The api's POST /v1/posts as the author, or with `floor` the floor app's POST /posts?author= (bench/floor_app.py:
+    the same insert, no auth)."""
     body = json.dumps({"body": f"bench post {n}"}).encode()
-    return (f"POST /v1/posts HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token(author)}\r\n"
+    target = f"/posts?author={author}" if floor else "/v1/posts"
+    auth = "" if floor else f"Authorization: Bearer {token(author)}\r\n"
+    return (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -38,16 +42,17 @@ def content_length(head: bytes) -> int:
     return 0
 
 
-async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, author: int, n: int) -> int | None:
+async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, author: int, n: int,
+                floor: bool) -> int | None:
     """The post's id, or None when the api did not answer 201."""
-    writer.write(request(author, n))
+    writer.write(request(author, n, floor))
     head = await reader.readuntil(b"\r\n\r\n")
     body = await reader.readexactly(content_length(head))
     return int(json.loads(body)["id"]) if head.startswith(b"HTTP/1.1 201") else None
 
 
 async def _connection(port: int, book: Book, authors: int, rate: float, total: int, numbers: Iterator[int],
-                      started: float, stop: threading.Event, rng: random.Random) -> None:
+                      started: float, stop: threading.Event, rng: random.Random, floor: bool) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for n in numbers:  # shared by every connection: each takes the next post
@@ -58,7 +63,7 @@ async def _connection(port: int, book: Book, authors: int, rate: float, total: i
                 await asyncio.sleep(wait)  # pacing of the load generator
             author = rng.randint(1, authors)
             try:
-                post_id = await _post(reader, writer, author, n)
+                post_id = await _post(reader, writer, author, n, floor)
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 post_id = None
                 writer.close()
@@ -73,16 +78,17 @@ async def _connection(port: int, book: Book, authors: int, rate: float, total: i
 
 
 async def _all(port: int, connections: int, book: Book, authors: int, rate: float, total: int, started: float,
-               stop: threading.Event) -> None:
+               stop: threading.Event, floor: bool) -> None:
     numbers, rng = itertools.count(), random.Random(0)
-    await asyncio.gather(*(_connection(port, book, authors, rate, total, numbers, started, stop, rng)
+    await asyncio.gather(*(_connection(port, book, authors, rate, total, numbers, started, stop, rng, floor)
                            for _ in range(connections)))
 
 
-def writer(port: int, connections: int, book: Book, authors: int, rate: float, total: int, _index: int,
+def writer(port: int, connections: int, floor: bool, book: Book, authors: int, rate: float, total: int, _index: int,
            _writers: int, started: float, stop: threading.Event, done: threading.Barrier) -> None:
-    """e2e.Write for the api: run it as the only writer (writers=1); it opens `connections` connections."""
-    main = _all(port, connections, book, authors, rate, total, started, stop)
+    """e2e.Write for the api (or with `floor` the floor app): run it as the only writer (writers=1); it opens
+    `connections` connections."""
+    main = _all(port, connections, book, authors, rate, total, started, stop, floor)
     try:
         import uvloop
     except ImportError:

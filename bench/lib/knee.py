@@ -68,9 +68,9 @@ def knee(steps: Sequence[Mapping[str, Any]]) -> int:
     return best
 
 
-def ratio(knees: Mapping[str, int]) -> float | None:
-    """The HTTP writers' knee over the SQL writers' of the same run: what the api keeps of the pipeline's capacity
-    (None unless both kinds ran and the SQL writers sustained a step)."""
-    if not knees.get("sql") or "http" not in knees:
+def ratio(knees: Mapping[str, int], kind: str = "http", over: str = "sql") -> float | None:
+    """One writer kind's knee over another's of the same run: by default the HTTP writers' over the SQL writers',
+    what the api keeps of the pipeline's capacity (None unless both kinds ran and `over` sustained a step)."""
+    if not knees.get(over) or kind not in knees:
         return None
-    return knees["http"] / knees["sql"]
+    return knees[kind] / knees[over]

@@ -81,7 +81,7 @@ def idle_load(load: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path)
     plt.close(fig)
 
 
-KIND_COLORS = {"sql": "tab:blue", "http": "tab:green"}
+KIND_COLORS = {"sql": "tab:blue", "http": "tab:green", "floor": "tab:orange"}
 
 
 def capacity(steps: Sequence[Mapping[str, Any]], knees: Mapping[str, int], path: Path) -> None:

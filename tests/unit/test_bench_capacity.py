@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.lib import knee
+from bench.lib import httpload, knee
 
 
 def step(offered: int, **changes: float) -> dict[str, float]:
@@ -55,3 +55,13 @@ def test_the_knee_ratio_is_http_over_sql_of_one_run_and_absent_without_both() ->
     assert knee.ratio({"sql": 0, "http": 250}) is None
     assert knee.ratio({"http": 250}) is None
     assert knee.ratio({"sql": 1000}) is None
+
+
+def test_any_two_kinds_have_a_ratio_and_the_floor_app_is_posted_to_without_auth() -> None:
+    knees = {"sql": 1000, "http": 250, "floor": 500}
+    assert (knee.ratio(knees, "floor"), knee.ratio(knees, "http", "floor")) == (0.5, 0.5)
+    assert knee.ratio({"sql": 1000, "http": 250}, "floor") is None
+    floor, api = httpload.request(7, 1, floor=True), httpload.request(7, 1)
+    assert floor.startswith(b"POST /posts?author=7 HTTP/1.1\r\n") and b"Authorization" not in floor
+    assert api.startswith(b"POST /v1/posts HTTP/1.1\r\n") and b"Authorization: Bearer " in api
+    assert floor.endswith(b'{"body": "bench post 1"}') and api.endswith(b'{"body": "bench post 1"}')
