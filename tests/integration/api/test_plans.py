@@ -90,6 +90,12 @@ def test_the_read_above_the_floor_reads_the_page_not_the_follow_list(loaded: Db,
     assert _rows_read(root, "posts") <= 4 * (PULLED + 3) * PAGE, _rows_read(root, "posts")
 
 
+def _value(conn: Db, query: str, params: tuple[object, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row["v"]
+
+
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str) -> None:
     """Reader 2 follows 20 accounts, 9 of them celebrities posting as often as the 11 others: a full page of
@@ -104,16 +110,14 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
     assert len(celebrities) == 9, celebrities
     params = {"user": 2, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     if order == "oldest":
-        params["after"] = int(loaded.execute("SELECT min(post_id) - 1 AS a FROM timelines WHERE user_id = 2")
-                              .fetchone()["a"])
+        params["after"] = int(_value(loaded, "SELECT min(post_id) - 1 AS v FROM timelines WHERE user_id = 2"))
     direction = "DESC" if order == "newest" else "ASC"
-    far = loaded.execute(f"SELECT id FROM (SELECT post_id AS id FROM timelines WHERE user_id = 2 AND post_id > %s"
+    far = _value(loaded, f"SELECT id AS v FROM (SELECT post_id AS id FROM timelines WHERE user_id = 2 AND post_id > %s"
                          f" ORDER BY post_id {direction} LIMIT %s) x ORDER BY id {direction} OFFSET %s",
-                         (params["after"], PAGE, PAGE - 1)).fetchone()["id"]
+                 (params["after"], PAGE, PAGE - 1))
     within = "id >= %s" if order == "newest" else "id <= %s"
-    reachable = loaded.execute(f"SELECT count(*) AS n FROM posts WHERE (author_id = ANY(%s) AND fanned_out = false"
-                               f" OR author_id = 2) AND id > %s AND {within}",
-                               (celebrities, params["after"], far)).fetchone()["n"]
+    reachable = _value(loaded, f"SELECT count(*) AS v FROM posts WHERE (author_id = ANY(%s) AND fanned_out = false"
+                               f" OR author_id = 2) AND id > %s AND {within}", (celebrities, params["after"], far))
     assert 0 < reachable < 3 * len(celebrities) + 2, reachable  # about two rounds of theirs, and one undecided own
 
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], params, analyze=True)
