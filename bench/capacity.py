@@ -20,7 +20,8 @@ waits up to --drain seconds for its posts to become visible. Per step: achieved 
 that became visible during the writing phase, per second); commit -> visible in all timelines p50/p99
 (bench/lib/e2e.py's watcher, exact to one watcher period); the backlog at the end of the writing phase (fan-out
 queue depth, and posts committed but not yet visible); CPU per component over the writing phase (api, relay,
-workers, the bench database's Postgres backends, RabbitMQ, this load generator), in cores.
+workers, the bench database's Postgres backends, RabbitMQ, this load generator), in cores; the floor kind's app is
+counted as its api.
 
 The knee, per writer kind, is the highest offered rate at which the step and every lower one were sustained:
 writers reached 95% of the offered rate without errors, p99 < 1 s, every post visible by the drain deadline, and
