@@ -142,9 +142,12 @@ def _ordered(template: LiteralString, **more: sql.Composable) -> dict[str, bytes
 # are at least `limit` heads, the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct
 # posts are nearer), so only the authors whose head is within that edge (at most `limit`) are read further, up to
 # `limit` posts each. Cost: one descent per author, then at most limit x limit index entries.
+# The far end of a page from `limit` ids nearest in the page's order: the farthest of them when there are that many,
+# else nothing is excluded.
+_FAR_END: Final = "CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END"
 # The far end of such a page, from the `heads` CTE before it:
 _EDGE: Final = """), bound AS (
-    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge
+    SELECT """ + _FAR_END + """ AS edge
     FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
 """
 
@@ -175,7 +178,7 @@ WITH me AS MATERIALIZED (
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
     ORDER BY t.post_id {order} LIMIT %(limit)s
 ), reach AS MATERIALIZED (
-    SELECT CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END AS edge FROM pushed
+    SELECT """ + _FAR_END + """ AS edge FROM pushed
 ), heads AS (
     SELECT f.followee_id AS author_id, h.id FROM follows f CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
@@ -184,8 +187,7 @@ WITH me AS MATERIALIZED (
         ORDER BY p.id {order} LIMIT 1) h
     WHERE f.follower_id = %(user)s AND f.pulled
 ), bound AS (
-    SELECT {nearer}((SELECT edge FROM reach),
-                    CASE WHEN count(*) < %(limit)s THEN {everything} ELSE {farthest}(id) END) AS edge
+    SELECT {nearer}((SELECT edge FROM reach), """ + _FAR_END + """) AS edge
     FROM (SELECT id FROM heads ORDER BY id {order} LIMIT %(limit)s) nearest
 ), pulled AS (
     SELECT x.* FROM bound b, heads h CROSS JOIN LATERAL (
