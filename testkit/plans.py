@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.sql import SQL, Composable
 
 Plan = dict[str, Any]
 
 PARTITION = re.compile(r"timelines_p\d\d")  # a hash partition of timelines (db/init/012)
+
+
+@contextmanager
+def loaded(url: str, scenario: str, *then: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """An autocommit connection to `url` (rows as dicts) after running a plan test's `scenario`, then each statement of
+    `then` (ANALYZE, VACUUM ANALYZE: what the planner is to know of the data)."""
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(scenario)
+        for statement in then:
+            conn.execute(statement)
+        yield conn
 
 
 def explain(db: psycopg.Connection[dict[str, Any]], statement: Composable | str | bytes,

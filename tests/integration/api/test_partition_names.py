@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from services.api import partitions, store
 from services.api.paging import Range
 from services.api.partitions import Layout
+from testkit import plans
 from testkit.clock import Clock
 
 pytestmark = pytest.mark.integration
@@ -48,9 +49,7 @@ AsyncDb = psycopg.AsyncConnection[dict[str, Any]]
 
 @pytest.fixture
 def loaded(database_url: str) -> Iterator[Db]:
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(SCENARIO)
-        conn.execute("ANALYZE")
+    with plans.loaded(database_url, SCENARIO, "ANALYZE") as conn:
         yield conn
 
 

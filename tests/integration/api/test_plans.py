@@ -48,9 +48,7 @@ PAGE = 21
 
 @pytest.fixture
 def loaded(database_url: str) -> Iterator[Db]:
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(SCENARIO)
-        conn.execute("VACUUM ANALYZE")
+    with plans.loaded(database_url, SCENARIO, "VACUUM ANALYZE") as conn:
         yield conn
 
 

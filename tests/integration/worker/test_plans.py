@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 from psycopg.sql import SQL
 
 from services.consumer import outbox_db
@@ -46,10 +45,7 @@ PROBING_BY_KEY = {"TRIM", "UNFOLLOW", "DELETE_POSTS"}  # run as fanout.probing_b
 
 @pytest.fixture(params=["never analyzed", "analyzed"])
 def loaded(request: pytest.FixtureRequest, database_url: str) -> Iterator[Db]:
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(SCENARIO)
-        if request.param == "analyzed":
-            conn.execute("ANALYZE")
+    with plans.loaded(database_url, SCENARIO, *(["ANALYZE"] if request.param == "analyzed" else [])) as conn:
         yield conn
 
 
