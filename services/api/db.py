@@ -21,7 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 
 RECENT_SECONDS: Final = 1.0
 # Statements each connection keeps prepared (psycopg's default is 100): the home read alone has a text per partition
-# of timelines and order (64: docs/adr/0153), and an evicted statement is planned again when it comes back.
+# of timelines, order and form (128: docs/adr/0153 and 0155), and an evicted statement is planned again when it
+# comes back.
 PREPARED_MAX: Final = 256
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]

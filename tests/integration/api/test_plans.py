@@ -94,13 +94,16 @@ def _value(conn: Db, query: str, params: tuple[object, ...] = ()) -> Any:
     return row["v"]
 
 
+@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_MANY"])
 @pytest.mark.parametrize("order", ["newest", "oldest"])
-def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str) -> None:
+def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str,
+                                                                                     form: str) -> None:
     """Reader 2 follows 20 accounts, 9 of them celebrities posting as often as the 11 others: a full page of
     materialized rows spans about two of their rounds, so the celebrities' posts farther than that page's far end
     cannot be on the page and are not read (each would be a heap fetch of its body): the pulled branch reads the
     heads and the posts within that reach, not `limit` posts of each celebrity. The page is the same as when every
-    branch reads `limit` posts."""
+    branch reads `limit` posts. Both forms of the pulled branch (docs/adr/0155): in one step, and heads first."""
+    statement = getattr(sql, form)[order]
     # 30 posts of the reader's own from the middle of the history: beyond the reach of the first page either way
     loaded.execute("UPDATE posts SET author_id = 2 WHERE id BETWEEN 30000 AND 30029 AND author_id > 22")
     celebrities = [r["followee_id"] for r in loaded.execute(
@@ -118,11 +121,11 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
                                f" OR author_id = 2) AND id > %s AND {within}", (celebrities, params["after"], far))
     assert 0 < reachable < 3 * len(celebrities) + 2, reachable  # about two rounds of theirs, and one undecided own
 
-    root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], params, analyze=True)
+    root = plans.explain(loaded, statement, params, analyze=True)
     read = sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in plans.scans(root)
                if n.get("Index Name") in ("posts_pulled_idx", "posts_author_idx"))
-    assert read <= len(celebrities) + reachable, (read, reachable)  # one head each, then the posts within reach
-    page = [r["id"] for r in loaded.execute(sql.HOME_ABOVE_FLOOR[order], params).fetchall()]
+    assert read <= len(celebrities) + reachable, (read, reachable)  # at most a head each, then the posts within reach
+    page = [r["id"] for r in loaded.execute(statement, params).fetchall()]
     everything = loaded.execute(
         f"SELECT id FROM posts WHERE deleted_at IS NULL AND id > %s AND (author_id = 2 OR (author_id = ANY(%s)"
         f" AND fanned_out = false) OR id IN (SELECT post_id FROM timelines WHERE user_id = 2))"
@@ -130,20 +133,86 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
     assert page == [r["id"] for r in everything]
 
 
+def _definition(conn: Db, user: int, order: str, limit: int) -> list[int]:
+    """The first page above the reader's floor computed from its definition: the posts of the reader's timeline, of
+    the pulled followees and the reader's own that are not pushed (a pushed one has its own row), alive."""
+    direction = "DESC" if order == "newest" else "ASC"
+    return [r["id"] for r in conn.execute(
+        f"SELECT id FROM posts WHERE deleted_at IS NULL"
+        f" AND id >= (SELECT timeline_floor FROM users WHERE id = %(user)s)"
+        f" AND (id IN (SELECT post_id FROM timelines WHERE user_id = %(user)s)"
+        f"      OR fanned_out = false AND author_id IN (SELECT followee_id FROM follows"
+        f"                                              WHERE follower_id = %(user)s AND pulled)"
+        f"      OR author_id = %(user)s AND fanned_out IS NOT TRUE)"
+        f" ORDER BY id {direction} LIMIT %(limit)s", {"user": user, "limit": limit}).fetchall()]
+
+
+@pytest.mark.parametrize("order", ["newest", "oldest"])
+def test_a_reader_of_more_celebrities_than_the_page_has_rows_is_read_again_heads_first(
+        loaded: Db, database_url: str, order: str) -> None:
+    """Reader 1 follows 10 celebrities; asked for 5 rows, the first statement (their posts in one step, for at most
+    a page's number of them: docs/adr/0155) says `many` and reads none of their posts; the second form (heads first,
+    docs/adr/0096) reads the page, which is the definition's; the api sends both, and one for a page of 21."""
+    few = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": 5}
+    root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], few, analyze=True)
+    assert not [n for n in plans.scans(root) if n.get("Index Name") == "posts_pulled_idx" and int(n["Actual Loops"])]
+    first = loaded.execute(sql.HOME_ABOVE_FLOOR[order], few).fetchall()
+    assert first[0]["many"] and not {r["author_id"] for r in first} & set(range(2, 2 + PULLED)), first
+    again = loaded.execute(sql.HOME_ABOVE_FLOOR_MANY[order], few).fetchall()
+    assert not again[0]["many"] and [r["id"] for r in again] == _definition(loaded, 1, order, 5)
+    # the newest page has celebrities' posts (the first five above the floor happen not to)
+    assert order == "oldest" or {r["author_id"] for r in again} & set(range(2, 2 + PULLED)), again
+
+    async def pages() -> dict[int, tuple[int, list[int]]]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True,
+                                                         row_factory=dict_row) as conn:
+            out = {}
+            floor = await (await conn.execute("SELECT timeline_floor FROM users WHERE id = 1")).fetchone()
+            assert floor is not None
+            after = 0 if order == "newest" else floor["timeline_floor"] - 1  # oldest first: from the floor up
+            for fetch in (5, PAGE):
+                probe = CountingConn(conn)
+                page = Range(after=after, order="newest" if order == "newest" else "oldest", fetch=fetch)
+                rows = await store.home_timeline(probe, 1, page)  # type: ignore[arg-type]
+                out[fetch] = (probe.statements, [int(r["id"]) for r in rows])
+            return out
+
+    got = asyncio.run(pages())
+    assert got[5] == (2, [r["id"] for r in again]), got
+    assert got[PAGE] == (1, _definition(loaded, 1, order, PAGE)), got
+
+
+@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_MANY"])
+def test_the_readers_own_posts_are_on_the_page_once_whatever_their_fan_out(loaded: Db, form: str) -> None:
+    """The page merges its branches without looking for duplicates, because they are disjoint (docs/adr/0155): the
+    reader's own post not decided yet (read from posts), pushed (its own row is written with the decision: read from
+    the timeline) and pulled (a celebrity's own post: read from posts) is each on the page once."""
+    made = loaded.execute(
+        "INSERT INTO posts (author_id, body, fanned_out) VALUES (2, 'undecided', NULL), (2, 'pushed', true),"
+        " (2, 'pulled', false) RETURNING id, body").fetchall()
+    pushed = next(r["id"] for r in made if r["body"] == "pushed")
+    loaded.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (2, %s, 2)", (pushed,))
+    params = {"user": 2, "after": 0, "before": 2**63 - 1, "limit": PAGE}
+    page = [r["id"] for r in loaded.execute(getattr(sql, form)["newest"], params).fetchall()]
+    assert page[:3] == sorted((r["id"] for r in made), reverse=True), (page, made)
+    assert len(page) == len(set(page)) == PAGE and page == _definition(loaded, 2, "newest", PAGE)
+
+
 def test_rows_are_checked_against_follows_only_while_the_reader_has_an_unfollow_pending(loaded: Db) -> None:
     """Without a pending unfollow the page's rows are not probed in follows (only the pulled followees are read
-    there); after one (the follows delete records it: db/init/022) every row is, and the unfollowed author's rows,
-    still materialized, are left out (docs/adr/0150)."""
+    there, twice: counted up to the page's size for `many`, then each one's posts: docs/adr/0155); after one (the
+    follows delete records it: db/init/022) every row is, and the unfollowed author's rows, still materialized, are
+    left out (docs/adr/0150)."""
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR["newest"], params, analyze=True)
-    assert _rows_read(root, "follows") == PULLED, _rows_read(root, "follows")
+    assert _rows_read(root, "follows") == 2 * PULLED, _rows_read(root, "follows")
     page = loaded.execute(sql.HOME_ABOVE_FLOOR["newest"], params).fetchall()
     gone = next(r["author_id"] for r in page if r["author_id"] > PULLED + 1)
     loaded.execute("DELETE FROM follows WHERE follower_id = 1 AND followee_id = %s", (gone,))
     assert loaded.execute("SELECT followee_id FROM timeline_unfollows WHERE follower_id = 1").fetchall() == [
         {"followee_id": gone}]
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR["newest"], params, analyze=True)
-    assert PULLED < _rows_read(root, "follows") <= PULLED + 2 * PAGE, _rows_read(root, "follows")
+    assert 2 * PULLED < _rows_read(root, "follows") <= 2 * PULLED + 2 * PAGE, _rows_read(root, "follows")
     after = loaded.execute(sql.HOME_ABOVE_FLOOR["newest"], params).fetchall()
     assert gone not in {r["author_id"] for r in after}
     kept = [r["id"] for r in page if r["author_id"] != gone]
@@ -269,10 +338,10 @@ async def _plan_cache_mode(database_url: str) -> tuple[str, int | None]:
 
 
 def test_api_connections_run_generic_plans_and_keep_every_partitions_read_prepared(database_url: str) -> None:
-    """Generic plans (db.session_options), and room for the home read's 64 texts (2 orders x 32 partitions,
-    docs/adr/0153) beside the api's other statements."""
+    """Generic plans (db.session_options), and room for the home read's 128 texts (2 orders x 2 forms x 32
+    partitions, docs/adr/0153 and 0155) beside the api's other statements."""
     assert asyncio.run(_plan_cache_mode(database_url)) == ("force_generic_plan", db.PREPARED_MAX)
-    assert db.PREPARED_MAX >= 2 * 32 + 100
+    assert db.PREPARED_MAX >= 2 * 2 * 32 + 100
 
 
 def _parent_index(name: str | None) -> str | None:
