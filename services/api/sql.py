@@ -163,9 +163,9 @@ _EDGE: Final = """), bound AS (
 # duplicates (docs/adr/0155): a timeline row is written only for a pushed post (fanned_out true), in the transaction
 # that records the decision together with its author's own row, and the reader never follows himself, so `own` reads
 # only the posts that are not pushed. The first columns are the reader's floor (one row with a NULL post when the range
-# is empty): the caller decides from it whether the page continues below the floor (paging.py), and `many`. Each branch
-# reads `low` (and the others their edge) as a scalar subquery, so that it bounds the index range itself (a join with
-# `me` would only filter the rows read).
+# is empty: the caller decides from it whether the page continues below the floor, paging.py), `placed` and `many`.
+# Each branch reads `low` (and the others their edge) as a scalar subquery, so that it bounds the index range itself
+# (a join with `me` would only filter the rows read).
 # The pulled branch comes in two forms (docs/adr/0155). `few`, the one the api runs first: a reader follows a handful
 # of celebrities, so each one's posts within reach are read in one step, at most `limit` of `limit` followees; when the
 # reader has more pulled followees than that, `many` is true, nothing is read for them, and the caller reads the page
