@@ -94,6 +94,21 @@ def _value(conn: Db, query: str, params: tuple[object, ...] = ()) -> Any:
     return row["v"]
 
 
+def _definition(conn: Db, user: int, order: str, limit: int, after: int = 0) -> list[int]:
+    """The first page above the reader's floor and `after`, computed from its definition: the posts of the reader's
+    timeline, of the pulled followees and the reader's own that are not pushed (a pushed one has its own row),
+    alive."""
+    direction = "DESC" if order == "newest" else "ASC"
+    return [r["id"] for r in conn.execute(
+        f"SELECT id FROM posts WHERE deleted_at IS NULL AND id > %(after)s"
+        f" AND id >= (SELECT timeline_floor FROM users WHERE id = %(user)s)"
+        f" AND (id IN (SELECT post_id FROM timelines WHERE user_id = %(user)s)"
+        f"      OR fanned_out = false AND author_id IN (SELECT followee_id FROM follows"
+        f"                                              WHERE follower_id = %(user)s AND pulled)"
+        f"      OR author_id = %(user)s AND fanned_out IS NOT TRUE)"
+        f" ORDER BY id {direction} LIMIT %(limit)s", {"user": user, "after": after, "limit": limit}).fetchall()]
+
+
 @pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_MANY"])
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str,
@@ -126,26 +141,7 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
                if n.get("Index Name") in ("posts_pulled_idx", "posts_author_idx"))
     assert read <= len(celebrities) + reachable, (read, reachable)  # at most a head each, then the posts within reach
     page = [r["id"] for r in loaded.execute(statement, params).fetchall()]
-    everything = loaded.execute(
-        f"SELECT id FROM posts WHERE deleted_at IS NULL AND id > %s AND (author_id = 2 OR (author_id = ANY(%s)"
-        f" AND fanned_out = false) OR id IN (SELECT post_id FROM timelines WHERE user_id = 2))"
-        f" ORDER BY id {direction} LIMIT %s", (params["after"], celebrities, PAGE)).fetchall()
-    assert page == [r["id"] for r in everything]
-
-
-def _definition(conn: Db, user: int, order: str, limit: int) -> list[int]:
-    """The first page above the reader's floor computed from its definition: the posts of the reader's timeline, of
-    the pulled followees and the reader's own that are not pushed (a pushed one has its own row), alive."""
-    direction = "DESC" if order == "newest" else "ASC"
-    return [r["id"] for r in conn.execute(
-        f"SELECT id FROM posts WHERE deleted_at IS NULL"
-        f" AND id >= (SELECT timeline_floor FROM users WHERE id = %(user)s)"
-        f" AND (id IN (SELECT post_id FROM timelines WHERE user_id = %(user)s)"
-        f"      OR fanned_out = false AND author_id IN (SELECT followee_id FROM follows"
-        f"                                              WHERE follower_id = %(user)s AND pulled)"
-        f"      OR author_id = %(user)s AND fanned_out IS NOT TRUE)"
-        f" ORDER BY id {direction} LIMIT %(limit)s", {"user": user, "limit": limit}).fetchall()]
-
+    assert page == _definition(loaded, 2, order, PAGE, params["after"])
 
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_a_reader_of_more_celebrities_than_the_page_has_rows_is_read_again_heads_first(
