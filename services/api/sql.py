@@ -153,68 +153,69 @@ _EDGE: Final = """), bound AS (
 
 # At or above the reader's floor, ONE statement in the common case: the reader's materialized rows (one range scan of
 # the reader's partition of timelines, each row checked against posts: deleted posts the worker has not removed yet are
-# skipped; and against follows only while the reader has an unfollow the worker has not processed yet, a pair in
-# timeline_unfollows, whose stale rows are skipped: db/init/022, docs/adr/0150 and 0152), merged with the posts of the
-# reader's pulled followees (follows_pulled_idx) and the reader's own recent posts (read-your-writes before the
-# worker ran). The materialized rows come first: when they fill a page, the page cannot reach beyond their far end
-# (`reach`), so the other two branches read only the posts within it, not `limit` posts of each celebrity, whose
-# bodies would be fetched to be thrown away (docs/adr/0154). Each branch carries the columns of the page, so the page
-# needs no second lookup of its posts. The branches are disjoint, so the page merges them without looking for
-# duplicates (docs/adr/0155): a timeline row is written only for a pushed post (fanned_out true), in the transaction
-# that records the decision together with its author's own row, and the reader never follows himself, so `own` reads
-# only the posts that are not pushed. The first columns are the reader's floor (one row with a NULL post when the range
-# is empty: the caller decides from it whether the page continues below the floor, paging.py), `placed` and `many`.
-# Each branch reads `low` (and the others their edge) as a scalar subquery, so that it bounds the index range itself
-# (a join with `me` would only filter the rows read).
-# The pulled branch comes in two forms (docs/adr/0155). `few`, the one the api runs first: a reader follows a handful
-# of celebrities, so each one's posts within reach are read in one step, at most `limit` of `limit` followees; when the
-# reader has more pulled followees than that, `many` is true, nothing is read for them, and the caller reads the page
-# again with `many`'s form: each followee's head first (its nearest post in the range, one index descent), and when
-# there are at least `limit` heads the page's far end cannot lie beyond the `limit`-th nearest of them (that many
-# distinct posts are nearer), so only the followees whose head is within that edge and reach are read further, up to
-# `limit` posts each: a reader who follows thousands of them reads a bounded page (docs/adr/0096).
+# skipped), merged with the posts of the reader's pulled followees (follows_pulled_idx) and the reader's own recent
+# posts (read-your-writes before the worker ran). The materialized rows come first: when they fill a page, the page
+# cannot reach beyond their far end (`reach`), so the other two branches read only the posts within it, not `limit`
+# posts of each celebrity, whose bodies would be fetched to be thrown away (docs/adr/0154). Each branch carries the
+# columns of the page, so the page needs no second lookup of its posts. The branches are disjoint, so the page merges
+# them without looking for duplicates (docs/adr/0155): a timeline row is written only for a pushed post (fanned_out
+# true), in the transaction that records the decision together with its author's own row, and the reader never
+# follows himself, so `own` reads only the posts that are not pushed. The first row is the reader's (its post columns
+# NULL, first in either order): the floor (the caller decides from it whether the page continues below the floor,
+# paging.py), `placed` and `again`; then the page. Each branch reads `low` (and the others their edge) as a scalar
+# subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
+# The statement comes in two forms (docs/adr/0155, 0156). `common`, the one the api runs first, is for the reader
+# most readers are: a handful of celebrities, so each one's posts within reach are read in one step (at most `limit`
+# + 1 of them), and no unfollow the worker has not processed yet, so the materialized rows are taken as they are.
+# When the reader has more pulled followees than `limit`, or a pending unfollow (a pair in timeline_unfollows, whose
+# stale rows must be skipped: db/init/022, docs/adr/0150 and 0152), its `again` is true and the caller reads the page
+# again with `careful`: each materialized row checked against follows while the reader has such a pair, and each
+# pulled followee's head first (its nearest post in the range, one index descent); when there are at least `limit`
+# heads the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct posts are nearer), so
+# only the followees whose head is within that edge and reach are read further, up to `limit` posts each: a reader
+# who follows thousands of them reads a bounded page (docs/adr/0096).
 # `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
 _HOME_ABOVE_FLOOR: Final = """
-WITH me AS MATERIALIZED (
+WITH {stars}me AS MATERIALIZED (
     SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
-           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure, {placed} AS placed,
-           {many} AS many
+           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure, {placed} AS placed
     FROM users WHERE id = %(user)s
 ), pushed AS MATERIALIZED (
     SELECT p.id, p.author_id, p.body, p.created_at FROM {timelines} t
     JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL
-    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me)
-      AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
-            SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))
+    WHERE t.user_id = %(user)s AND t.post_id < %(before)s AND t.post_id >= (SELECT low FROM me){unfollowed}
     ORDER BY t.post_id {order} LIMIT %(limit)s
 ), reach AS MATERIALIZED (
     SELECT """ + _FAR_END + """ AS edge FROM pushed
 {pulled}), own AS (
-    SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
+    SELECT NULL::bigint, NULL::boolean, NULL::boolean, p.id, p.author_id, p.body, p.created_at FROM posts p
     WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.fanned_out IS NOT TRUE
       AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM {bound})
     ORDER BY p.id {order} LIMIT %(limit)s
-), page AS (
-    SELECT * FROM pushed UNION ALL SELECT * FROM pulled UNION ALL SELECT * FROM own
-    ORDER BY id {order} LIMIT %(limit)s
 )
-SELECT me.floor, me.placed, me.many, p.id, p.author_id, p.body, p.created_at FROM me LEFT JOIN page p ON true
-ORDER BY p.id {order}
+SELECT * FROM (
+    SELECT floor, placed, {again} AS again, NULL::bigint AS id, NULL::bigint AS author_id, NULL::text AS body,
+           NULL::timestamptz AS created_at FROM me
+    UNION ALL SELECT NULL, NULL, NULL, * FROM pushed UNION ALL SELECT NULL, NULL, NULL, * FROM pulled
+    UNION ALL SELECT * FROM own OFFSET 0) page  -- OFFSET 0: one sort of the rows, not one per branch and a merge
+ORDER BY id {order} NULLS FIRST LIMIT %(limit)s + 1
 """
-# The two forms of the pulled branch: `many`'s value in `me`, the CTEs that end with `pulled`, the CTE `own` is
-# bounded by.
-_PULLED: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString]]] = {
-    "few": ("EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.pulled OFFSET %(limit)s)", """
+# The two forms: the CTE before `me` (or nothing), `again`, the check of the materialized rows against follows, the
+# CTEs that end with `pulled`, the CTE `own` is bounded by.
+_FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, LiteralString, LiteralString]]] = {
+    "common": ("""stars AS MATERIALIZED (
+    SELECT followee_id FROM follows WHERE follower_id = %(user)s AND pulled LIMIT %(limit)s + 1
+), """, "unsure OR (SELECT count(*) > %(limit)s FROM stars)", "", """
 ), pulled AS (
-    SELECT x.* FROM (SELECT followee_id FROM follows
-                     WHERE follower_id = %(user)s AND pulled AND NOT (SELECT many FROM me) LIMIT %(limit)s) f
-    CROSS JOIN LATERAL (
+    SELECT x.* FROM stars s CROSS JOIN LATERAL (
         SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
-        WHERE p.author_id = f.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
+        WHERE p.author_id = s.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM reach)
         ORDER BY p.id {order} LIMIT %(limit)s) x
 """, "reach"),
-    "many": ("false", """
+    "careful": ("", "false", """
+      AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
+            SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))""", """
 ), heads AS (
     SELECT f.followee_id AS author_id, h.id FROM follows f CROSS JOIN LATERAL (
         SELECT p.id FROM posts p
@@ -236,24 +237,25 @@ _PULLED: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString]]] = 
 }
 
 
-def _above_floor(order: str, pulled: str, timelines: sql.Composable, placed: sql.Composable) -> bytes:
+def _above_floor(order: str, form: str, timelines: sql.Composable, placed: sql.Composable) -> bytes:
     tokens = _ORDERS[order]
-    many, ctes, bound = _PULLED[pulled]
+    stars, again, unfollowed, ctes, bound = _FORMS[form]
     return sql.SQL(_HOME_ABOVE_FLOOR).format(
-        **tokens, many=sql.SQL(many), pulled=sql.SQL(ctes).format(**tokens), bound=sql.Identifier(bound),
-        timelines=timelines, placed=placed).as_bytes(None)
+        **tokens, stars=sql.SQL(stars), again=sql.SQL(again), unfollowed=sql.SQL(unfollowed),
+        pulled=sql.SQL(ctes).format(**tokens), bound=sql.Identifier(bound), timelines=timelines,
+        placed=placed).as_bytes(None)
 
 
-# Through the parent, by order: the form the api runs first, and the one for readers of many celebrities.
-HOME_ABOVE_FLOOR: Final = {order: _above_floor(order, "few", sql.Identifier("timelines"), sql.SQL("true"))
+# Through the parent, by order: the form the api runs first, and the one it runs when that one says `again`.
+HOME_ABOVE_FLOOR: Final = {order: _above_floor(order, "common", sql.Identifier("timelines"), sql.SQL("true"))
                            for order in _ORDERS}
-HOME_ABOVE_FLOOR_MANY: Final = {order: _above_floor(order, "many", sql.Identifier("timelines"), sql.SQL("true"))
-                                for order in _ORDERS}
+HOME_ABOVE_FLOOR_CAREFUL: Final = {order: _above_floor(order, "careful", sql.Identifier("timelines"),
+                                                       sql.SQL("true")) for order in _ORDERS}
 
 
 @lru_cache(maxsize=512)  # two orders and two forms for each partition of timelines (32: db/init/012)
-def home_above_floor(order: str, schema: str, partition: str, constraint: str, many: bool = False) -> bytes:
-    """HOME_ABOVE_FLOOR (HOME_ABOVE_FLOOR_MANY with `many`) reading the reader's own partition of timelines, named
+def home_above_floor(order: str, schema: str, partition: str, constraint: str, careful: bool = False) -> bytes:
+    """HOME_ABOVE_FLOOR (HOME_ABOVE_FLOOR_CAREFUL with `careful`) reading the reader's own partition of timelines, named
     (docs/adr/0153): a generic plan over the parent locks every partition before it prunes to one. Its `placed`
     column says whether that table is the partition with `constraint` (partitions.Layout: the reader's by Postgres's
     hash; a split of ADR 0093 changes it), checked when the statement is planned (db/init/024); when it is not, the
@@ -261,7 +263,7 @@ def home_above_floor(order: str, schema: str, partition: str, constraint: str, m
     table = sql.Identifier(schema, partition)
     check = sql.SQL("walfeed_timeline_partition_is({}::regclass, {})").format(
         sql.Literal(table.as_string(None)), sql.Literal(constraint))
-    return _above_floor(order, "many" if many else "few", table, check)
+    return _above_floor(order, "careful" if careful else "common", table, check)
 
 
 # Below the floor (rows trimmed, or never backfilled), from the source of truth: the posts of every followed account

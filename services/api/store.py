@@ -188,14 +188,15 @@ class TimelinePartitions:
 async def home_timeline(conn: Conn, user: int, page: paging.Range,
                         partitions: TimelinePartitions | None = None) -> list[Row]:
     """Up to `page.fetch` posts of the home timeline within the page's range, in its order: one statement in the
-    common case; another for a reader of more celebrities than the page has rows (the first one's page is thrown
-    away: docs/adr/0155), and one for the part of the range below the reader's floor (docs/adr/0096). The page above
-    the floor and the one below are snapshots of their own: their id ranges do not overlap, so no post appears
-    twice. With `partitions`, the reads above the floor name the reader's partition of timelines (docs/adr/0153)."""
+    common case; another for a reader of more celebrities than the page has rows or with an unfollow the worker has
+    not processed yet (the first one's page is thrown away: docs/adr/0155, 0156), and one for the part of the range
+    below the reader's floor (docs/adr/0096). The page above the floor and the one below are snapshots of their own:
+    their id ranges do not overlap, so no post appears twice. With `partitions`, the reads above the floor name the
+    reader's partition of timelines (docs/adr/0153)."""
     params = {"user": user, "after": page.after, "before": page.before, "limit": page.fetch}
     found = await _above_floor(conn, page, params, partitions)
     floor = int(found[0]["floor"]) if found else 0
-    above = [row for row in found if row["id"] is not None]
+    above = found[1:]
     rest = paging.below_floor(page, floor, len(above))
     if rest is None:
         return above
@@ -206,19 +207,19 @@ async def home_timeline(conn: Conn, user: int, page: paging.Range,
 
 async def _above_floor(conn: Conn, page: paging.Range, params: dict[str, Any],
                        names: TimelinePartitions | None) -> list[Row]:
-    """sql.HOME_ABOVE_FLOOR's rows; for a reader with more pulled followees than the page has rows (its `many`),
-    sql.HOME_ABOVE_FLOOR_MANY's instead, a second statement (docs/adr/0155)."""
-    found = await _above_floor_as(conn, page, params, names, many=False)
-    if found and found[0]["many"]:
-        return await _above_floor_as(conn, page, params, names, many=True)
+    """sql.HOME_ABOVE_FLOOR's rows (the reader's, then the page); when the reader's row says `again`,
+    sql.HOME_ABOVE_FLOOR_CAREFUL's instead, a second statement (docs/adr/0156)."""
+    found = await _above_floor_as(conn, page, params, names, careful=False)
+    if found and found[0]["again"]:
+        return await _above_floor_as(conn, page, params, names, careful=True)
     return found
 
 
 async def _above_floor_as(conn: Conn, page: paging.Range, params: dict[str, Any], names: TimelinePartitions | None,
-                          *, many: bool) -> list[Row]:
+                          *, careful: bool) -> list[Row]:
     """One form of the read above the floor, through the reader's partition when its name can be trusted."""
     if names is not None and (partition := await names.of(conn, params["user"])) is not None:
-        query = sql.home_above_floor(page.order, partition.schema, partition.name, partition.constraint, many)
+        query = sql.home_above_floor(page.order, partition.schema, partition.name, partition.constraint, careful)
         try:
             found = await _all(conn, query, params)
         except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
@@ -227,7 +228,7 @@ async def _above_floor_as(conn: Conn, page: paging.Range, params: dict[str, Any]
             if not found or found[0]["placed"]:
                 return found
             names.wrong(partition, "constraint changed")
-    return await _all(conn, (sql.HOME_ABOVE_FLOOR_MANY if many else sql.HOME_ABOVE_FLOOR)[page.order], params)
+    return await _all(conn, (sql.HOME_ABOVE_FLOOR_CAREFUL if careful else sql.HOME_ABOVE_FLOOR)[page.order], params)
 
 
 # Notifications (docs/notifications.md).

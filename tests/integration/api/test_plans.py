@@ -88,6 +88,14 @@ def test_the_read_above_the_floor_reads_the_page_not_the_follow_list(loaded: Db,
     assert _rows_read(root, "posts") <= 4 * (PULLED + 3) * PAGE, _rows_read(root, "posts")
 
 
+def _page(rows: list[dict[str, Any]]) -> list[int]:
+    """The page's ids from the rows of the read above the floor: the reader's row first (floor, placed, again),
+    then the page's (docs/adr/0156)."""
+    assert rows and rows[0]["id"] is None and rows[0]["floor"] is not None, rows[:1]
+    assert all(r["id"] is not None for r in rows[1:]), rows
+    return [int(r["id"]) for r in rows[1:]]
+
+
 def _value(conn: Db, query: str, params: tuple[object, ...] = ()) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
@@ -109,7 +117,7 @@ def _definition(conn: Db, user: int, order: str, limit: int, after: int = 0) -> 
         f" ORDER BY id {direction} LIMIT %(limit)s", {"user": user, "after": after, "limit": limit}).fetchall()]
 
 
-@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_MANY"])
+@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_CAREFUL"])
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str,
                                                                                      form: str) -> None:
@@ -117,7 +125,8 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
     materialized rows spans about two of their rounds, so the celebrities' posts farther than that page's far end
     cannot be on the page and are not read (each would be a heap fetch of its body): the pulled branch reads the
     heads and the posts within that reach, not `limit` posts of each celebrity. The page is the same as when every
-    branch reads `limit` posts. Both forms of the pulled branch (docs/adr/0155): in one step, and heads first."""
+    branch reads `limit` posts. Both forms of the read (docs/adr/0155, 0156): the pulled posts in one step, and heads
+    first."""
     statement = getattr(sql, form)[order]
     # 30 posts of the reader's own from the middle of the history: beyond the reach of the first page either way
     loaded.execute("UPDATE posts SET author_id = 2 WHERE id BETWEEN 30000 AND 30029 AND author_id > 22")
@@ -140,22 +149,25 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
     read = sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in plans.scans(root)
                if n.get("Index Name") in ("posts_pulled_idx", "posts_author_idx"))
     assert read <= len(celebrities) + reachable, (read, reachable)  # at most a head each, then the posts within reach
-    page = [r["id"] for r in loaded.execute(statement, params).fetchall()]
+    page = _page(loaded.execute(statement, params).fetchall())
     assert page == _definition(loaded, 2, order, PAGE, params["after"])
+
 
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_a_reader_of_more_celebrities_than_the_page_has_rows_is_read_again_heads_first(
         loaded: Db, database_url: str, order: str) -> None:
     """Reader 1 follows 10 celebrities; asked for 5 rows, the first statement (their posts in one step, for at most
-    a page's number of them: docs/adr/0155) says `many` and reads none of their posts; the second form (heads first,
-    docs/adr/0096) reads the page, which is the definition's; the api sends both, and one for a page of 21."""
+    one more than a page's number of them: docs/adr/0155, 0156) says `again`, having read the posts of 6 of them at
+    most; the careful form (heads first, docs/adr/0096) reads the page, which is the definition's; the api sends
+    both, and one for a page of 21."""
     few = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": 5}
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], few, analyze=True)
-    assert not [n for n in plans.scans(root) if n.get("Index Name") == "posts_pulled_idx" and int(n["Actual Loops"])]
+    probed = [n for n in plans.scans(root) if n.get("Index Name") == "posts_pulled_idx"]
+    assert sum(int(n["Actual Loops"]) for n in probed) <= 6, probed
     first = loaded.execute(sql.HOME_ABOVE_FLOOR[order], few).fetchall()
-    assert first[0]["many"] and not {r["author_id"] for r in first} & set(range(2, 2 + PULLED)), first
-    again = loaded.execute(sql.HOME_ABOVE_FLOOR_MANY[order], few).fetchall()
-    assert not again[0]["many"] and [r["id"] for r in again] == _definition(loaded, 1, order, 5)
+    assert first[0]["again"], first[0]
+    again = loaded.execute(sql.HOME_ABOVE_FLOOR_CAREFUL[order], few).fetchall()
+    assert not again[0]["again"] and _page(again) == _definition(loaded, 1, order, 5)
     # the newest page has celebrities' posts (the first five above the floor happen not to)
     assert order == "oldest" or {r["author_id"] for r in again} & set(range(2, 2 + PULLED)), again
 
@@ -174,11 +186,11 @@ def test_a_reader_of_more_celebrities_than_the_page_has_rows_is_read_again_heads
             return out
 
     got = asyncio.run(pages())
-    assert got[5] == (2, [r["id"] for r in again]), got
+    assert got[5] == (2, _page(again)), got
     assert got[PAGE] == (1, _definition(loaded, 1, order, PAGE)), got
 
 
-@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_MANY"])
+@pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_CAREFUL"])
 def test_the_readers_own_posts_are_on_the_page_once_whatever_their_fan_out(loaded: Db, form: str) -> None:
     """The page merges its branches without looking for duplicates, because they are disjoint (docs/adr/0155): the
     reader's own post not decided yet (read from posts), pushed (its own row is written with the decision: read from
@@ -189,30 +201,44 @@ def test_the_readers_own_posts_are_on_the_page_once_whatever_their_fan_out(loade
     pushed = next(r["id"] for r in made if r["body"] == "pushed")
     loaded.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (2, %s, 2)", (pushed,))
     params = {"user": 2, "after": 0, "before": 2**63 - 1, "limit": PAGE}
-    page = [r["id"] for r in loaded.execute(getattr(sql, form)["newest"], params).fetchall()]
+    page = _page(loaded.execute(getattr(sql, form)["newest"], params).fetchall())
     assert page[:3] == sorted((r["id"] for r in made), reverse=True), (page, made)
     assert len(page) == len(set(page)) == PAGE and page == _definition(loaded, 2, "newest", PAGE)
 
 
-def test_rows_are_checked_against_follows_only_while_the_reader_has_an_unfollow_pending(loaded: Db) -> None:
-    """Without a pending unfollow the page's rows are not probed in follows (only the pulled followees are read
-    there, twice: counted up to the page's size for `many`, then each one's posts: docs/adr/0155); after one (the
-    follows delete records it: db/init/022) every row is, and the unfollowed author's rows, still materialized, are
-    left out (docs/adr/0150)."""
+def test_rows_are_checked_against_follows_only_while_the_reader_has_an_unfollow_pending(
+        loaded: Db, database_url: str) -> None:
+    """The common form never probes the page's rows in follows (only the pulled followees are read there, once);
+    after an unfollow (the follows delete records it: db/init/022) it says `again`, and the careful form probes
+    every row and leaves out the unfollowed author's rows, still materialized (docs/adr/0150, 0156): the api sends
+    two statements while the unfollow is pending, one before it."""
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR["newest"], params, analyze=True)
-    assert _rows_read(root, "follows") == 2 * PULLED, _rows_read(root, "follows")
+    assert _rows_read(root, "follows") == PULLED, _rows_read(root, "follows")
     page = loaded.execute(sql.HOME_ABOVE_FLOOR["newest"], params).fetchall()
-    gone = next(r["author_id"] for r in page if r["author_id"] > PULLED + 1)
+    assert not page[0]["again"] and loaded.execute(sql.HOME_ABOVE_FLOOR_CAREFUL["newest"], params).fetchall() == page
+    gone = next(r["author_id"] for r in page[1:] if r["author_id"] > PULLED + 1)
     loaded.execute("DELETE FROM follows WHERE follower_id = 1 AND followee_id = %s", (gone,))
     assert loaded.execute("SELECT followee_id FROM timeline_unfollows WHERE follower_id = 1").fetchall() == [
         {"followee_id": gone}]
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR["newest"], params, analyze=True)
-    assert 2 * PULLED < _rows_read(root, "follows") <= 2 * PULLED + 2 * PAGE, _rows_read(root, "follows")
-    after = loaded.execute(sql.HOME_ABOVE_FLOOR["newest"], params).fetchall()
+    assert _rows_read(root, "follows") == PULLED, _rows_read(root, "follows")
+    assert loaded.execute(sql.HOME_ABOVE_FLOOR["newest"], params).fetchall()[0]["again"]
+    root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR_CAREFUL["newest"], params, analyze=True)
+    assert PULLED < _rows_read(root, "follows") <= PULLED + 2 * PAGE, _rows_read(root, "follows")
+    after = loaded.execute(sql.HOME_ABOVE_FLOOR_CAREFUL["newest"], params).fetchall()
     assert gone not in {r["author_id"] for r in after}
-    kept = [r["id"] for r in page if r["author_id"] != gone]
-    assert [r["id"] for r in after][:len(kept)] == kept and len(after) == len(page)  # refilled from older rows
+    kept = [r["id"] for r in page[1:] if r["author_id"] != gone]
+    assert _page(after)[:len(kept)] == kept and len(after) == len(page)  # refilled from older rows
+
+    async def read() -> tuple[int, list[int]]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True,
+                                                         row_factory=dict_row) as conn:
+            probe = CountingConn(conn)
+            rows = await store.home_timeline(probe, 1, Range(fetch=PAGE))  # type: ignore[arg-type]
+            return probe.statements, [int(r["id"]) for r in rows]
+
+    assert asyncio.run(read()) == (2, _page(after))
 
 
 @pytest.mark.parametrize("order", ["newest", "oldest"])
@@ -292,7 +318,7 @@ def test_the_named_read_plans_and_locks_one_partition_where_the_parents_generic_
                 "WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' "
                 "AND c.relnamespace <> 'pg_catalog'::regnamespace").fetchone()  # not this query's own
         loaded.execute("DEALLOCATE page")
-    assert pages["named"] == pages["parent"] and len(pages["named"]) == PAGE, pages
+    assert pages["named"] == pages["parent"] and len(pages["named"]) == PAGE + 1, pages  # the reader's row too
     assert scans["named"] == scans["parent"], scans
     assert locked["named"] == {"timelines": 2, "slow": 0}, locked  # the partition and its primary key's index
     assert locked["parent"]["timelines"] >= 33 and locked["parent"]["slow"] > 0, locked
