@@ -165,20 +165,20 @@ _EDGE: Final = """), bound AS (
 # paging.py), `placed` and `again`; then the page. Each branch reads `low` (and the others their edge) as a scalar
 # subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
 # The statement comes in two forms (docs/adr/0155, 0156). `common`, the one the api runs first, is for the reader
-# most readers are: a handful of celebrities, so each one's posts within reach are read in one step (at most `limit`
-# + 1 of them), and no unfollow the worker has not processed yet, so the materialized rows are taken as they are.
-# When the reader has more pulled followees than `limit`, or a pending unfollow (a pair in timeline_unfollows, whose
-# stale rows must be skipped: db/init/022, docs/adr/0150 and 0152), its `again` is true and the caller reads the page
-# again with `careful`: each materialized row checked against follows while the reader has such a pair, and each
-# pulled followee's head first (its nearest post in the range, one index descent); when there are at least `limit`
-# heads the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct posts are nearer), so
-# only the followees whose head is within that edge and reach are read further, up to `limit` posts each: a reader
-# who follows thousands of them reads a bounded page (docs/adr/0096).
+# most readers are: a handful of celebrities (at most `limit`), so each one's posts within reach are read in one step,
+# and no unfollow the worker has not processed yet, so the materialized rows are taken as they are. When the reader
+# has more pulled followees than `limit`, or a pending unfollow (a pair in timeline_unfollows, whose stale rows must be
+# skipped: db/init/022, docs/adr/0150 and 0152), its `again` is true, it reads no celebrity's posts, and the caller
+# reads the page again with `careful`: each materialized row checked against follows while the reader has such a
+# pair, and each pulled followee's head first (its nearest post in the range, one index descent); when there are at
+# least `limit` heads the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct posts
+# are nearer), so only the followees whose head is within that edge and reach are read further, up to `limit` posts
+# each: a reader who follows thousands of them reads a bounded page (docs/adr/0096).
+# `own` carries the reader's row's columns too, so that the page appends its rows as they come out of its limit.
 # `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
 _HOME_ABOVE_FLOOR: Final = """
 WITH {stars}me AS MATERIALIZED (
-    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low,
-           EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s) AS unsure, {placed} AS placed
+    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low, {placed} AS placed, {checks}
     FROM users WHERE id = %(user)s
 ), pushed AS MATERIALIZED (
     SELECT p.id, p.author_id, p.body, p.created_at FROM {timelines} t
@@ -194,26 +194,27 @@ WITH {stars}me AS MATERIALIZED (
     ORDER BY p.id {order} LIMIT %(limit)s
 )
 SELECT * FROM (
-    SELECT floor, placed, {again} AS again, NULL::bigint AS id, NULL::bigint AS author_id, NULL::text AS body,
+    SELECT floor, placed, again, NULL::bigint AS id, NULL::bigint AS author_id, NULL::text AS body,
            NULL::timestamptz AS created_at FROM me
     UNION ALL SELECT NULL, NULL, NULL, * FROM pushed UNION ALL SELECT NULL, NULL, NULL, * FROM pulled
     UNION ALL SELECT * FROM own OFFSET 0) page  -- OFFSET 0: one sort of the rows, not one per branch and a merge
 ORDER BY id {order} NULLS FIRST LIMIT %(limit)s + 1
 """
-# The two forms: the CTE before `me` (or nothing), `again`, the check of the materialized rows against follows, the
-# CTEs that end with `pulled`, the CTE `own` is bounded by.
+# The two forms: the CTE before `me` (or nothing), `me`'s checks (a pending unfollow: timeline_unfollows' primary key),
+# the check of the materialized rows against follows, the CTEs that end with `pulled`, the CTE `own` is bounded by.
+_UNSURE: Final = "EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s)"
 _FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, LiteralString, LiteralString]]] = {
     "common": ("""stars AS MATERIALIZED (
     SELECT followee_id FROM follows WHERE follower_id = %(user)s AND pulled LIMIT %(limit)s + 1
-), """, "unsure OR (SELECT count(*) > %(limit)s FROM stars)", "", """
-), pulled AS (
-    SELECT x.* FROM stars s CROSS JOIN LATERAL (
+), """, _UNSURE + " OR (SELECT count(*) > %(limit)s FROM stars) AS again", "", """
+), pulled AS (  -- nothing read when the page will be read again
+    SELECT x.* FROM (SELECT followee_id FROM stars WHERE NOT (SELECT again FROM me)) s CROSS JOIN LATERAL (
         SELECT p.id, p.author_id, p.body, p.created_at FROM posts p
         WHERE p.author_id = s.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM reach)
         ORDER BY p.id {order} LIMIT %(limit)s) x
 """, "reach"),
-    "careful": ("", "false", """
+    "careful": ("", _UNSURE + " AS unsure, false AS again", """
       AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))""", """
 ), heads AS (
@@ -239,9 +240,9 @@ _FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, Liter
 
 def _above_floor(order: str, form: str, timelines: sql.Composable, placed: sql.Composable) -> bytes:
     tokens = _ORDERS[order]
-    stars, again, unfollowed, ctes, bound = _FORMS[form]
+    stars, checks, unfollowed, ctes, bound = _FORMS[form]
     return sql.SQL(_HOME_ABOVE_FLOOR).format(
-        **tokens, stars=sql.SQL(stars), again=sql.SQL(again), unfollowed=sql.SQL(unfollowed),
+        **tokens, stars=sql.SQL(stars), checks=sql.SQL(checks), unfollowed=sql.SQL(unfollowed),
         pulled=sql.SQL(ctes).format(**tokens), bound=sql.Identifier(bound), timelines=timelines,
         placed=placed).as_bytes(None)
 
