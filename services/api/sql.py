@@ -68,8 +68,10 @@ WHERE id IN (%(follower)s, %(followee)s)
 RETURNING id, following_count
 """
 
-# A post and its post.created outbox row in ONE statement (one round trip, atomic on its own in autocommit mode):
-# the outbox row is inserted only when the post was (not on an Idempotency-Key conflict). The payload is built
+# A post, its author's own timeline row and its post.created outbox row in ONE statement (one round trip, atomic on
+# its own in autocommit mode): the other two are inserted only when the post was (not on an Idempotency-Key
+# conflict). The own row puts the post in its author's materialized timeline at once, whatever the worker decides
+# for his followers, so the home read has no branch for the reader's own posts (docs/adr/0157). The payload is built
 # here, from the inserted row, with the shape services.core.events defines for post.created. `trace`: the request's
 # trace context as the outbox column holds it (services/core/tracecontext.py, docs/adr/0072), or NULL.
 # bench/api_latency.py runs this exact text in pgbench as the database ceiling.
@@ -78,6 +80,8 @@ _INSERT_POST: Final = """
     {source}
     ON CONFLICT (author_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, author_id, body, created_at
+), own AS (
+    INSERT INTO timelines (user_id, post_id, author_id) SELECT post.author_id, post.id, post.author_id FROM post
 ), event AS (
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext)
     SELECT gen_random_uuid(), 'post', post.id::text, 'post.created',
@@ -153,17 +157,17 @@ _EDGE: Final = """), bound AS (
 
 # At or above the reader's floor, ONE statement in the common case: the reader's materialized rows (one range scan of
 # the reader's partition of timelines, each row checked against posts: deleted posts the worker has not removed yet are
-# skipped), merged with the posts of the reader's pulled followees (follows_pulled_idx) and the reader's own recent
-# posts (read-your-writes before the worker ran). The materialized rows come first: when they fill a page, the page
-# cannot reach beyond their far end (`reach`), so the other two branches read only the posts within it, not `limit`
-# posts of each celebrity, whose bodies would be fetched to be thrown away (docs/adr/0154). Each branch carries the
-# columns of the page, so the page needs no second lookup of its posts. The branches are disjoint, so the page merges
-# them without looking for duplicates (docs/adr/0155): a timeline row is written only for a pushed post (fanned_out
-# true), in the transaction that records the decision together with its author's own row, and the reader never
-# follows himself, so `own` reads only the posts that are not pushed. The first row is the reader's (its post columns
-# NULL, first in either order): the floor (the caller decides from it whether the page continues below the floor,
-# paging.py), `placed` and `again`; then the page. Each branch reads `low` (and the others their edge) as a scalar
-# subquery, so that it bounds the index range itself (a join with `me` would only filter the rows read).
+# skipped), merged with the posts of the reader's pulled followees (follows_pulled_idx). The reader's own posts are
+# among his materialized rows from the moment they are written (CREATE_POST writes the own row: docs/adr/0157), so
+# there is no branch for them. The materialized rows come first: when they fill a page, the page cannot reach beyond
+# their far end (`reach`), so the pulled branch reads only the posts within it, not `limit` posts of each celebrity,
+# whose bodies would be fetched to be thrown away (docs/adr/0154). Each branch carries the columns of the page, so the
+# page needs no second lookup of its posts. The branches are disjoint, so the page merges them without looking for
+# duplicates (docs/adr/0155): a follower's row is written only for a pushed post, the pulled branch reads only posts
+# decided pulled, and the reader never follows himself. The first row is the reader's (its post columns NULL, first in
+# either order): the floor (the caller decides from it whether the page continues below the floor, paging.py),
+# `placed` and `again`; then the page. Each branch reads `low` (and the pulled one its edge) as a scalar subquery, so
+# that it bounds the index range itself (a join with `me` would only filter the rows read).
 # The statement comes in two forms (docs/adr/0155, 0156). `common`, the one the api runs first, is for the reader
 # most readers are: a handful of celebrities (at most `limit`), so each one's posts within reach are read in one step,
 # and no unfollow the worker has not processed yet, so the materialized rows are taken as they are. When the reader
@@ -174,7 +178,6 @@ _EDGE: Final = """), bound AS (
 # least `limit` heads the page's far end cannot lie beyond the `limit`-th nearest of them (that many distinct posts
 # are nearer), so only the followees whose head is within that edge and reach are read further, up to `limit` posts
 # each: a reader who follows thousands of them reads a bounded page (docs/adr/0096).
-# `own` carries the reader's row's columns too, so that the page appends its rows as they come out of its limit.
 # `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
 _HOME_ABOVE_FLOOR: Final = """
 WITH {stars}me AS MATERIALIZED (
@@ -187,23 +190,18 @@ WITH {stars}me AS MATERIALIZED (
     ORDER BY t.post_id {order} LIMIT %(limit)s
 ), reach AS MATERIALIZED (
     SELECT """ + _FAR_END + """ AS edge FROM pushed
-{pulled}), own AS (
-    SELECT NULL::bigint, NULL::boolean, NULL::boolean, p.id, p.author_id, p.body, p.created_at FROM posts p
-    WHERE p.author_id = %(user)s AND p.deleted_at IS NULL AND p.fanned_out IS NOT TRUE
-      AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM {bound})
-    ORDER BY p.id {order} LIMIT %(limit)s
-)
+{pulled})
 SELECT * FROM (
     SELECT floor, placed, again, NULL::bigint AS id, NULL::bigint AS author_id, NULL::text AS body,
            NULL::timestamptz AS created_at FROM me
-    UNION ALL SELECT NULL, NULL, NULL, * FROM pushed UNION ALL SELECT NULL, NULL, NULL, * FROM pulled
-    UNION ALL SELECT * FROM own OFFSET 0) page  -- OFFSET 0: one sort of the rows, not one per branch and a merge
+    UNION ALL SELECT NULL, NULL, NULL, * FROM pushed
+    UNION ALL SELECT NULL, NULL, NULL, * FROM pulled OFFSET 0) page  -- OFFSET 0: one sort, not a merge of sorts
 ORDER BY id {order} NULLS FIRST LIMIT %(limit)s + 1
 """
 # The two forms: the CTE before `me` (or nothing), `me`'s checks (a pending unfollow: timeline_unfollows' primary key),
-# the check of the materialized rows against follows, the CTEs that end with `pulled`, the CTE `own` is bounded by.
+# the check of the materialized rows against follows, the CTEs that end with `pulled`.
 _UNSURE: Final = "EXISTS (SELECT 1 FROM timeline_unfollows u WHERE u.follower_id = %(user)s)"
-_FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, LiteralString, LiteralString]]] = {
+_FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, LiteralString]]] = {
     "common": ("""stars AS MATERIALIZED (
     SELECT followee_id FROM follows WHERE follower_id = %(user)s AND pulled LIMIT %(limit)s + 1
 ), """, _UNSURE + " OR (SELECT count(*) > %(limit)s FROM stars) AS again", "", """
@@ -213,7 +211,7 @@ _FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, Liter
         WHERE p.author_id = s.followee_id AND p.fanned_out = false AND p.deleted_at IS NULL
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} (SELECT edge FROM reach)
         ORDER BY p.id {order} LIMIT %(limit)s) x
-""", "reach"),
+"""),
     "careful": ("", _UNSURE + " AS unsure, false AS again", """
       AND (NOT (SELECT unsure FROM me) OR p.author_id = %(user)s OR EXISTS (  -- OFFSET 0: one probe a row
             SELECT 1 FROM follows f WHERE f.follower_id = %(user)s AND f.followee_id = p.author_id OFFSET 0))""", """
@@ -234,16 +232,16 @@ _FORMS: Final[dict[str, tuple[LiteralString, LiteralString, LiteralString, Liter
           AND p.id < %(before)s AND p.id >= (SELECT low FROM me) AND p.id {within} b.edge
         ORDER BY p.id {order} LIMIT %(limit)s) x
     WHERE h.id {within} b.edge
-""", "bound"),
+"""),
 }
 
 
 def _above_floor(order: str, form: str, timelines: sql.Composable, placed: sql.Composable) -> bytes:
     tokens = _ORDERS[order]
-    stars, checks, unfollowed, ctes, bound = _FORMS[form]
+    stars, checks, unfollowed, ctes = _FORMS[form]
     return sql.SQL(_HOME_ABOVE_FLOOR).format(
         **tokens, stars=sql.SQL(stars), checks=sql.SQL(checks), unfollowed=sql.SQL(unfollowed),
-        pulled=sql.SQL(ctes).format(**tokens), bound=sql.Identifier(bound), timelines=timelines,
+        pulled=sql.SQL(ctes).format(**tokens), timelines=timelines,
         placed=placed).as_bytes(None)
 
 

@@ -11,8 +11,9 @@ USERS_AFTER: Final = sql.SQL(
 USERS_BY_ID: Final = sql.SQL(
     "SELECT id, timeline_floor FROM users WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id")
 
-# What each user's timeline must hold at or above its floor, newest first, at most %(limit)s per user: the alive,
-# pushed posts of the user and of every account the user follows (one probe of posts_author_idx per author).
+# What each user's timeline must hold at or above its floor, newest first, at most %(limit)s per user: the user's
+# alive posts and the alive, pushed posts of every account the user follows (one probe of posts_author_idx per
+# author). The own rows are written with the post, whatever its decision (docs/adr/0157).
 EXPECTED: Final = sql.SQL("""
 SELECT u.id AS user_id, e.post_id, e.author_id
 FROM unnest(%(user_ids)s::bigint[], %(floors)s::bigint[]) AS u(id, floor)
@@ -21,8 +22,8 @@ CROSS JOIN LATERAL (
     FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = u.id
           UNION ALL SELECT u.id) a
     CROSS JOIN LATERAL (SELECT id, author_id FROM posts
-                        WHERE author_id = a.author_id AND deleted_at IS NULL AND fanned_out IS TRUE
-                          AND id >= u.floor
+                        WHERE author_id = a.author_id AND deleted_at IS NULL
+                          AND (fanned_out IS TRUE OR author_id = u.id) AND id >= u.floor
                         ORDER BY id DESC LIMIT %(limit)s) p
     ORDER BY p.id DESC LIMIT %(limit)s
 ) e
@@ -34,7 +35,7 @@ _STRAY_REASON: Final = """
 CASE WHEN p.id IS NULL THEN 'no such post'
      WHEN p.author_id <> t.author_id THEN 'wrong author'
      WHEN p.deleted_at IS NOT NULL THEN 'deleted'
-     WHEN p.fanned_out IS NOT TRUE THEN 'not pushed'
+     WHEN p.fanned_out IS NOT TRUE AND t.author_id <> t.user_id THEN 'not pushed'
      WHEN t.author_id <> t.user_id AND NOT EXISTS (
          SELECT 1 FROM follows f WHERE f.follower_id = t.user_id AND f.followee_id = t.author_id)
          THEN 'not followed'
@@ -63,15 +64,16 @@ LEFT JOIN posts p ON p.id = t.post_id
 WHERE d.user_id = t.user_id AND d.post_id = t.post_id AND (""" + _STRAY_REASON + """) IS NOT NULL
 """)
 
-# Rows found missing, inserted only if they are still due: the post alive and pushed, its author the user or
-# followed by the user now. (user, post) order, as the worker inserts, so two inserts of one row wait, not deadlock.
+# Rows found missing, inserted only if they are still due: the post alive, and the user's own or pushed and its
+# author followed by the user now. (user, post) order, as the worker inserts, so two inserts of one row wait, not
+# deadlock.
 REPAIR_INSERT: Final = sql.SQL("""
 INSERT INTO timelines (user_id, post_id, author_id)
 SELECT c.user_id, p.id, p.author_id
 FROM unnest(%(user_ids)s::bigint[], %(post_ids)s::bigint[]) AS c(user_id, post_id)
 JOIN posts p ON p.id = c.post_id
-WHERE p.deleted_at IS NULL AND p.fanned_out IS TRUE
-  AND (p.author_id = c.user_id OR EXISTS (
+WHERE p.deleted_at IS NULL
+  AND (p.author_id = c.user_id OR p.fanned_out IS TRUE AND EXISTS (
        SELECT 1 FROM follows f WHERE f.follower_id = c.user_id AND f.followee_id = p.author_id))
 ORDER BY c.user_id, p.id
 ON CONFLICT DO NOTHING

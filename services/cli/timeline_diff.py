@@ -2,9 +2,10 @@
 would have written (docs/guarantees.md, ADR 0022-0024), and which writes repair it in which transactions
 (docs/adr/0073). No I/O: rebuild.py reads the rows these take and runs the statements.
 
-What a timeline must hold: for post ids at or above the user's floor, exactly the posts that are alive, pushed
-(`fanned_out` true: pulled posts are merged at read time, undecided ones are not fanned out yet) and written by the
-user or by an account the user follows. Below the floor, rows may be missing but every row there must be valid.
+What a timeline must hold: for post ids at or above the user's floor, exactly the user's alive posts (the api writes
+the own row with the post, docs/adr/0157) and the alive, pushed posts (`fanned_out` true: pulled posts are merged at
+read time, undecided ones are not fanned out yet) of the accounts the user follows. Below the floor, rows may be
+missing but every row there must be valid.
 """
 
 from __future__ import annotations

@@ -68,23 +68,24 @@ class Effects:
             real: dict[str, list[ev.Event]] = defaultdict(list)
             for event in real_and_new(conn, CONSUMER, unique, done):
                 real[event.type].append(event)
-            trim_due, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
+            (audiences, authors), pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
             self._posts_deleted(conn, real[ev.POST_DELETED], done)
             self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
             self._follows_deleted(conn, real[ev.FOLLOW_DELETED], done)
-        if trim_due:
-            self._trim_audiences(conn, trim_due)
+        if audiences or authors:
+            self._trim_followers(conn, q.TRIM_DUE, {"audiences": sorted(audiences), "authors": sorted(authors)})
         log.debug("batch applied", extra={"events": len(unique), "pushed": pushed})
         return done
 
     def _posts_created(self, conn: Conn, events: list[ev.Event],
-                       done: dict[ev.Event, Applied]) -> tuple[set[int], int]:
+                       done: dict[ev.Event, Applied]) -> tuple[tuple[set[int], set[int]], int]:
         """Decide push or pull once per post and fan small audiences out. No processed record: a duplicate finds
         the decision recorded and inserts nothing new (a row the cap trimmed meanwhile comes back below the floor,
-        where rows may be, docs/adr/0024). Returns the authors whose recipients are due a trim, and how many posts
-        were pushed."""
+        where rows may be, docs/adr/0024). Returns the authors whose followers are due a trim (of small pushed posts)
+        and those due one themselves (their own rows: any decided post, docs/adr/0157), and how many posts were
+        pushed."""
         if not events:
-            return set(), 0
+            return (set(), set()), 0
         rows = {r["id"]: decide.PostRow(r["author_id"], r["deleted"], r["fanned_out"], r["follower_count"])
                 for r in conn.execute(q.POSTS_FOR_FANOUT, {"post_ids": [e.payload["post_id"] for e in events]})}
         proposed: dict[int, bool] = {}
@@ -103,11 +104,13 @@ class Effects:
                 done[event] = exc
         pushed = [e for e in events if done[e] == decide.PUSHED]
         own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in events
-                      if done[e] in (decide.PUSHED, decide.LARGE)}.items())
+                      if done[e] in (decide.PUSHED, decide.LARGE, decide.PULLED)}.items())
         if own:
             conn.execute(q.FANOUT_BATCH, {"own": [p for p, _ in own], "fan_out": [f for _, f in own]})
-        trim_due = {e.payload["author_id"] for e in pushed if policy.should_trim(e.payload["post_id"])}
-        return trim_due, len(pushed)
+        due = [e for e in events if done[e] in (decide.PUSHED, decide.LARGE, decide.PULLED)
+               and policy.should_trim(e.payload["post_id"])]
+        audiences = {e.payload["author_id"] for e in due if done[e] == decide.PUSHED}
+        return (audiences, {e.payload["author_id"] for e in due}), len(pushed)
 
     def _record_decisions(self, conn: Conn, proposed: dict[int, bool]) -> dict[int, bool]:
         """Record the proposed decisions of undecided posts; a post decided meanwhile keeps its recorded one."""
@@ -153,9 +156,6 @@ class Effects:
         removed = {(r["user_id"], r["author_id"]) for r in probing_by_key(
             conn, q.UNFOLLOW, {"followers": followers, "followees": followees})}
         done.update({e: "removed" if _pair(e) in removed else "kept" for e in events})
-
-    def _trim_audiences(self, conn: Conn, authors: set[int]) -> None:
-        self._trim_followers(conn, q.FOLLOWERS_OF, {"author_ids": sorted(authors)})
 
     def fan_out_large(self, event: ev.Event) -> str:
         """The audience of a pushed post larger than a chunk (its decision and own row are recorded by `apply`), in

@@ -44,9 +44,11 @@ SELECT p.id, p.fanned_out FROM unnest(%(post_ids)s::bigint[]) AS i(id)
 CROSS JOIN LATERAL (SELECT id, fanned_out FROM posts WHERE id = i.id OFFSET 0) p
 """)
 
-# The own rows of every pushed post (%(own)s) and the whole audience of the small ones (%(fan_out)s true), in one
-# insert. Rows go in (user, post) order, so two transactions inserting the same rows (a duplicate event in two batches)
-# wait for each other in one order instead of deadlocking. Re-checks that each post is alive.
+# The own rows of every post decided (%(own)s) and the whole audience of the small pushed ones (%(fan_out)s true), in
+# one insert. The api wrote the own row with the post (docs/adr/0157); writing it again costs an index probe and puts
+# it there for a post an older api wrote without it. Rows go in (user, post) order, so two transactions inserting the
+# same rows (a duplicate event in two batches) wait for each other in one order instead of deadlocking. Re-checks that
+# each post is alive.
 FANOUT_BATCH: Final = sql.SQL("""
 WITH alive AS (
     SELECT p.id, p.author_id, i.fan_out FROM unnest(%(own)s::bigint[], %(fan_out)s::bool[]) AS i(id, fan_out)
@@ -194,6 +196,9 @@ WHERE f.followee_id = %(author_id)s AND f.follower_id > %(after)s AND f.follower
 ORDER BY f.follower_id
 """)
 
-# The recipients of small pushed posts whose trim is due (policy.should_trim): their authors' followers.
-FOLLOWERS_OF: Final = sql.SQL(
-    "SELECT DISTINCT follower_id FROM follows WHERE followee_id = ANY(%(author_ids)s::bigint[])")
+# The timelines whose trim is due (policy.should_trim): the followers of the authors of small pushed posts
+# (%(audiences)s), and the authors themselves, whose own rows grow with every post they write (docs/adr/0157).
+TRIM_DUE: Final = sql.SQL("""
+SELECT follower_id FROM follows WHERE followee_id = ANY(%(audiences)s::bigint[])
+UNION SELECT unnest(%(authors)s::bigint[])
+""")

@@ -13,6 +13,7 @@ from psycopg import sql
 from services.core.migrate import apply_schema, migration_files
 from testkit.infra import Infra
 from testkit.resources import drop_database, unique
+from tests.integration import migrated
 
 pytestmark = pytest.mark.integration
 
@@ -58,17 +59,6 @@ def names(infra: Infra) -> Iterator[dict[str, str]]:
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(made[role])))
 
 
-def migrate_before_012(url: str) -> None:
-    """What `walfeed migrate` did before 012 existed."""
-    with psycopg.connect(url) as conn:
-        conn.execute("CREATE TABLE schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL "
-                     "DEFAULT now())")
-        for path in migration_files():
-            if path.name < MIGRATION:
-                conn.execute(path.read_text())  # trusted file from the repo
-                conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (path.name,))
-
-
 def grant(conn: psycopg.Connection[tuple[object, ...]], names: dict[str, str]) -> None:
     reader, writer = (sql.Identifier(names[r]) for r in ("reader", "writer"))
     conn.execute(sql.SQL("GRANT SELECT ON timelines TO {}").format(reader))
@@ -79,7 +69,7 @@ def grant(conn: psycopg.Connection[tuple[object, ...]], names: dict[str, str]) -
 def test_existing_timelines_move_with_rows_owner_and_grants_and_match_a_fresh_schema(
         infra: Infra, names: dict[str, str]) -> None:
     old, fresh = infra.db_url(names["old"]), infra.db_url(names["fresh"])
-    migrate_before_012(old)
+    migrated.before(old, MIGRATION)
     with psycopg.connect(old, autocommit=True) as conn:
         conn.execute(ROWS)
         conn.execute(sql.SQL("ALTER TABLE timelines OWNER TO {}").format(sql.Identifier(names["owner"])))

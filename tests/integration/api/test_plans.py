@@ -35,6 +35,8 @@ INSERT INTO posts (author_id, body, fanned_out)
     SELECT 2 + (i % 5000), 'post ' || i, CASE WHEN 2 + (i % 5000) <= 11 THEN false ELSE true END
     FROM generate_series(1, 60000) i;
 INSERT INTO posts (author_id, body) SELECT 1 + (i % 6000), 'undecided' FROM generate_series(1, 300) i;
+-- every post's own row, as the api writes it with the post (docs/adr/0157)
+INSERT INTO timelines (user_id, post_id, author_id) SELECT author_id, id, author_id FROM posts;
 INSERT INTO timelines (user_id, post_id, author_id)
     SELECT 1, id, author_id FROM posts WHERE fanned_out AND author_id <= 5001 ORDER BY id DESC LIMIT 800;
 INSERT INTO timelines (user_id, post_id, author_id)
@@ -72,16 +74,17 @@ def _rows_read(root: plans.Plan, relation: str) -> int:
 
 @pytest.mark.parametrize("order", ["newest", "oldest"])
 def test_the_read_above_the_floor_reads_the_page_not_the_follow_list(loaded: Db, order: str) -> None:
-    """One range scan of the reader's rows, the reader's pulled followees through follows_pulled_idx, their posts,
-    the reader's own: the rows it reads from follows are bounded by the celebrities and the page, not by the 5,000
-    accounts followed."""
+    """One range scan of the reader's rows, the reader's pulled followees through follows_pulled_idx, their posts
+    (the reader's own are among his rows: nothing reads posts by author but the pulled branch, docs/adr/0157): the
+    rows it reads from follows are bounded by the celebrities and the page, not by the 5,000 accounts followed."""
     params = {"user": 1, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     root = plans.explain(loaded, sql.HOME_ABOVE_FLOOR[order], params, analyze=True)
     for line in loaded.execute(b"EXPLAIN " + sql.HOME_ABOVE_FLOOR[order], params).fetchall():
         print(line["QUERY PLAN"])  # shown with pytest -s: the plans of docs/adr/0096
     scans = _scans(root)
     assert not _seq_scans(root), scans
-    assert {"timelines_pkey", "follows_pulled_idx", "posts_pulled_idx", "posts_author_idx"} <= {s[2] for s in scans}
+    assert {"timelines_pkey", "follows_pulled_idx", "posts_pulled_idx"} <= {s[2] for s in scans}
+    assert "posts_author_idx" not in {s[2] for s in scans}, scans
     partitions = {n["Relation Name"] for n in plans.nodes(root) if plans.is_partition(n.get("Relation Name"))}
     assert len(partitions) <= 1, partitions  # the user's partition of timelines only (docs/adr/0093)
     assert _rows_read(root, "follows") <= PULLED + 2 * PAGE, _rows_read(root, "follows")
@@ -104,23 +107,23 @@ def _value(conn: Db, query: str, params: tuple[object, ...] = ()) -> Any:
 
 def _definition(conn: Db, user: int, order: str, limit: int, after: int = 0) -> list[int]:
     """The first page above the reader's floor and `after`, computed from its definition: the posts of the reader's
-    timeline, of the pulled followees and the reader's own that are not pushed (a pushed one has its own row),
-    alive."""
+    timeline written by others, of the pulled followees, and the reader's own from posts (whatever their fan-out, so
+    a missing own row shows), alive."""
     direction = "DESC" if order == "newest" else "ASC"
     return [r["id"] for r in conn.execute(
         f"SELECT id FROM posts WHERE deleted_at IS NULL AND id > %(after)s"
         f" AND id >= (SELECT timeline_floor FROM users WHERE id = %(user)s)"
-        f" AND (id IN (SELECT post_id FROM timelines WHERE user_id = %(user)s)"
+        f" AND (id IN (SELECT post_id FROM timelines WHERE user_id = %(user)s AND author_id <> %(user)s)"
         f"      OR fanned_out = false AND author_id IN (SELECT followee_id FROM follows"
         f"                                              WHERE follower_id = %(user)s AND pulled)"
-        f"      OR author_id = %(user)s AND fanned_out IS NOT TRUE)"
+        f"      OR author_id = %(user)s)"
         f" ORDER BY id {direction} LIMIT %(limit)s", {"user": user, "after": after, "limit": limit}).fetchall()]
 
 
 @pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_CAREFUL"])
 @pytest.mark.parametrize("order", ["newest", "oldest"])
-def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str,
-                                                                                     form: str) -> None:
+def test_pulled_posts_are_read_only_within_the_reach_of_the_materialized_page(loaded: Db, order: str,
+                                                                              form: str) -> None:
     """Reader 2 follows 20 accounts, 9 of them celebrities posting as often as the 11 others: a full page of
     materialized rows spans about two of their rounds, so the celebrities' posts farther than that page's far end
     cannot be on the page and are not read (each would be a heap fetch of its body): the pulled branch reads the
@@ -128,8 +131,11 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
     branch reads `limit` posts. Both forms of the read (docs/adr/0155, 0156): the pulled posts in one step, and heads
     first."""
     statement = getattr(sql, form)[order]
-    # 30 posts of the reader's own from the middle of the history: beyond the reach of the first page either way
+    # 30 posts of the reader's own from the middle of the history (with their own rows): beyond the reach of the
+    # first page either way
     loaded.execute("UPDATE posts SET author_id = 2 WHERE id BETWEEN 30000 AND 30029 AND author_id > 22")
+    loaded.execute("INSERT INTO timelines (user_id, post_id, author_id) SELECT 2, id, 2 FROM posts"
+                   " WHERE id BETWEEN 30000 AND 30029 AND author_id = 2 ON CONFLICT DO NOTHING")
     celebrities = [r["followee_id"] for r in loaded.execute(
         "SELECT followee_id FROM follows WHERE follower_id = 2 AND pulled ORDER BY 1").fetchall()]
     assert len(celebrities) == 9, celebrities
@@ -141,9 +147,9 @@ def test_pulled_and_own_posts_are_read_only_within_the_reach_of_the_materialized
                          f" ORDER BY post_id {direction} LIMIT %s) x ORDER BY id {direction} OFFSET %s",
                  (params["after"], PAGE, PAGE - 1))
     within = "id >= %s" if order == "newest" else "id <= %s"
-    reachable = _value(loaded, f"SELECT count(*) AS v FROM posts WHERE (author_id = ANY(%s) AND fanned_out = false"
-                               f" OR author_id = 2) AND id > %s AND {within}", (celebrities, params["after"], far))
-    assert 0 < reachable < 3 * len(celebrities) + 2, reachable  # about two rounds of theirs, and one undecided own
+    reachable = _value(loaded, f"SELECT count(*) AS v FROM posts WHERE author_id = ANY(%s) AND fanned_out = false"
+                               f" AND id > %s AND {within}", (celebrities, params["after"], far))
+    assert 0 < reachable < 3 * len(celebrities), reachable  # about two rounds of theirs
 
     root = plans.explain(loaded, statement, params, analyze=True)
     read = sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in plans.scans(root)
@@ -189,18 +195,22 @@ def test_a_reader_of_more_celebrities_than_the_page_has_rows_is_read_again_heads
 
 
 @pytest.mark.parametrize("form", ["HOME_ABOVE_FLOOR", "HOME_ABOVE_FLOOR_CAREFUL"])
-def test_the_readers_own_posts_are_on_the_page_once_whatever_their_fan_out(loaded: Db, form: str) -> None:
-    """The page merges its branches without looking for duplicates, because they are disjoint (docs/adr/0155): the
-    reader's own post not decided yet (read from posts), pushed (its own row is written with the decision: read from
-    the timeline) and pulled (a celebrity's own post: read from posts) is each on the page once."""
-    made = loaded.execute(
-        "INSERT INTO posts (author_id, body, fanned_out) VALUES (2, 'undecided', NULL), (2, 'pushed', true),"
-        " (2, 'pulled', false) RETURNING id, body").fetchall()
-    pushed = next(r["id"] for r in made if r["body"] == "pushed")
-    loaded.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (2, %s, 2)", (pushed,))
+def test_the_readers_own_posts_are_on_the_page_at_once_and_once_whatever_their_fan_out(loaded: Db, form: str) -> None:
+    """The api writes the author's own row with the post (sql.CREATE_POST, docs/adr/0157), so the reader's posts are
+    on his page from the moment they are written: one not decided yet, one pushed and one pulled (a celebrity's own
+    post, never fanned out) each once, read from his rows, the page equal to the definition (which reads his posts
+    from posts). The branches are disjoint, so the page merges them without looking for duplicates (docs/adr/0155)."""
+    made = [loaded.execute(sql.CREATE_POST, {"author": 2, "body": body, "key": None, "hash": None, "trace": None})
+            .fetchone() for body in ("undecided", "pushed", "pulled")]
+    ids = {r["body"]: r["id"] for r in made if r is not None}
+    # the worker's decisions, and its own rows written again (services/worker/sql.py FANOUT_BATCH: a no-op here)
+    loaded.execute("UPDATE posts SET fanned_out = body = 'pushed' WHERE id = ANY(%s) AND body <> 'undecided'",
+                   ([ids["pushed"], ids["pulled"]],))
+    loaded.execute("INSERT INTO timelines (user_id, post_id, author_id) SELECT 2, unnest(%s::bigint[]), 2"
+                   " ON CONFLICT DO NOTHING", ([ids["pushed"], ids["pulled"]],))
     params = {"user": 2, "after": 0, "before": 2**63 - 1, "limit": PAGE}
     page = _page(loaded.execute(getattr(sql, form)["newest"], params).fetchall())
-    assert page[:3] == sorted((r["id"] for r in made), reverse=True), (page, made)
+    assert page[:3] == sorted(ids.values(), reverse=True), (page, ids)
     assert len(page) == len(set(page)) == PAGE and page == _definition(loaded, 2, "newest", PAGE)
 
 

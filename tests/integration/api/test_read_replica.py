@@ -119,10 +119,10 @@ def test_another_user_sees_a_post_once_the_replica_replayed_it(
     cluster.wait_replayed(replicated.standby, cluster.current_lsn(cluster.primary))  # bob's follow is there
     with replay_paused(replicated.standby):
         post_id, _ = _post(client, alice, "news")
-        with psycopg.connect(replicated.primary_url, autocommit=True) as primary:  # the worker's fan-out
-            primary.execute("UPDATE posts SET fanned_out = true WHERE id = %s", (post_id,))
-            primary.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (%s, %s, %s), (%s, %s, %s)",
-                            (bob.id, post_id, alice.id, alice.id, post_id, alice.id))
+        with psycopg.connect(replicated.primary_url, autocommit=True) as primary:  # the worker's fan-out (alice's
+            primary.execute("UPDATE posts SET fanned_out = true WHERE id = %s", (post_id,))  # own row came with it)
+            primary.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (%s, %s, %s)",
+                            (bob.id, post_id, alice.id))
         # bob's reads go to the replica, which has not replayed alice's post: proof that reads are served there
         assert client.get(f"/v1/posts/{post_id}", headers=bob.auth).status_code == 404
         assert client.get("/v1/timeline", headers=bob.auth).json()["items"] == []

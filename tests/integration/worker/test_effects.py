@@ -15,7 +15,7 @@ from services.consumer import outbox
 from services.core import events as ev
 from services.core.db import make_pool
 from services.core.feed import BACKFILL_LIMIT
-from services.worker import fanout
+from services.worker import fanout, policy
 from services.worker.fanout import Effects
 from testkit.waiting import eventually
 from tests.integration.worker import world
@@ -129,6 +129,28 @@ def test_trim_keeps_the_newest_rows_and_raises_the_floor(db: Conn) -> None:
     assert db.execute("SELECT min(post_id), count(*) FROM timelines WHERE user_id = %s", (fan,)).fetchone() == (21, 10)
     floors = db.execute("SELECT timeline_floor FROM users WHERE id IN (%s, %s) ORDER BY id", (fan, other)).fetchall()
     assert floors == [(21,), (0,)]
+
+
+@pytest.mark.parametrize("followers", [0, 3])  # pulled (3 followers over a threshold of 2), or pushed to no one
+def test_an_authors_own_rows_are_written_and_trimmed_whatever_the_decision(db: Conn, pool: ConnectionPool,
+                                                                           followers: int) -> None:
+    """The worker writes the own row of every post it decides, pulled ones too (docs/adr/0157), and trims the author's
+    timeline when his post is due a trim: a celebrity, or an author who follows no one, would otherwise keep every
+    own row (nobody else's post is written into his timeline)."""
+    author, *fans = world.add_users(db, 1 + followers)
+    world.followers_in_bulk(db, author, fans)
+    db.execute("WITH p AS (INSERT INTO posts (author_id, body, fanned_out) SELECT %s, 'old', %s"
+               " FROM generate_series(1, 30) RETURNING id, author_id)"
+               " INSERT INTO timelines SELECT author_id, id, author_id FROM p", (author, not followers))
+    db.execute("SELECT setval(pg_get_serial_sequence('posts', 'id'), %s)", (10 * policy.TRIM_EVERY - 1,))
+    posted = world.post(db, author)  # its id is due a trim
+    assert policy.should_trim(posted.payload["post_id"])
+    assert effects(pool, threshold=2, cap=10).handle(posted) == ("pulled" if followers else "pushed")
+    rows = [r[0] for r in db.execute("SELECT post_id FROM timelines WHERE user_id = %s ORDER BY post_id DESC",
+                                     (author,))]
+    assert rows[0] == posted.payload["post_id"] and len(rows) == 10, rows
+    assert db.execute("SELECT timeline_floor FROM users WHERE id = %s", (author,)).fetchone() == (rows[-1],)
+    assert world.problems(db) == []  # every timeline, the author's included, equals the definition
 
 
 def test_push_or_pull_is_decided_once_per_post(db: Conn, pool: ConnectionPool) -> None:

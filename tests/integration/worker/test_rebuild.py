@@ -239,6 +239,31 @@ def test_an_emptied_timeline_is_refilled_up_to_the_cap_its_floor_raised_and_a_ru
     assert again.returncode == 0 and "0 differ" in again.stdout, again.stdout
 
 
+def test_an_authors_own_rows_are_expected_whatever_the_decision(db: psycopg.Connection[Any],
+                                                                processes: Processes) -> None:
+    """Every post has its author's row (docs/adr/0157): the own rows of a pulled and an undecided post are reported
+    missing and written, the own row of a pulled post is not stray, and no follower is owed a row of either."""
+    author, fan = world.add_users(db, 2)
+    world.followers_in_bulk(db, author, [fan])
+    pulled, undecided, kept = [r[0] for r in db.execute(
+        "INSERT INTO posts (author_id, body, fanned_out) VALUES (%s, 'a', false), (%s, 'b', NULL), (%s, 'c', false) "
+        "RETURNING id", (author, author, author))]
+    db.execute("INSERT INTO timelines (user_id, post_id, author_id) VALUES (%s, %s, %s)", (author, kept, author))
+    db.commit()
+
+    check = _walfeed(processes, "rebuild", "timelines", "--all", "--check", "--settle", "0")
+    assert check.returncode == 1, check.stdout + check.stderr
+    missing = td.Diff(author, (td.Row(pulled, author), td.Row(undecided, author)), (), 0)
+    assert [line for line in check.stdout.splitlines() if line.startswith("user ")] == [td.describe(missing)]
+    rebuilt = _walfeed(processes, "rebuild", "timelines", "--all")
+    assert rebuilt.returncode == 0 and "2 rows inserted, 0 deleted" in rebuilt.stdout, rebuilt.stdout
+    rows = db.execute("SELECT user_id, post_id FROM timelines ORDER BY 1, 2").fetchall()
+    db.rollback()
+    assert rows == [(author, pulled), (author, undecided), (author, kept)]
+    again = _walfeed(processes, "rebuild", "timelines", "--all", "--check", "--settle", "0")
+    assert again.returncode == 0 and "0 differ" in again.stdout, again.stdout
+
+
 def _rebuild_state(database_url: str, users: list[int]) -> list[td.Diff]:
     with psycopg.connect(database_url, row_factory=dict_row, autocommit=True) as conn:
         return rebuild._diff(conn, users)

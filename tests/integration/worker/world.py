@@ -114,10 +114,9 @@ def merged(conn: Conn, user: int) -> list[int]:
     floor = conn.execute("SELECT timeline_floor FROM users WHERE id = %s", (user,)).fetchone()[0]  # type: ignore[index]
     rows = [r[0] for r in conn.execute(
         "SELECT post_id FROM timelines WHERE user_id = %s AND post_id >= %s", (user, floor))]
-    pulled = [r[0] for r in conn.execute(
+    pulled = [r[0] for r in conn.execute(  # the followees': the user's own are among his rows (docs/adr/0157)
         "SELECT p.id FROM posts p WHERE p.fanned_out = false AND p.deleted_at IS NULL AND p.id >= %(f)s AND "
-        "(p.author_id = %(u)s OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = %(u)s))",
-        {"u": user, "f": floor})]
+        "p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = %(u)s)", {"u": user, "f": floor})]
     below = [p for p in definition(conn, user) if p < floor]
     return sorted(rows + pulled + below)
 
