@@ -29,6 +29,7 @@ GRANT SELECT ON timeline_unfollows TO {api};  -- the home read's pending check (
 REVOKE ALL ON FUNCTION walfeed_timeline_partition_is(regclass, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION walfeed_timeline_partition_is(regclass, text) TO {api};
 GRANT INSERT (author_id, body, idempotency_key, request_hash) ON posts TO {api};
+GRANT INSERT ON timelines TO {api};  -- the author's own row, written with the post (docs/adr/0157)
 GRANT UPDATE (deleted_at) ON posts TO {api};
 GRANT INSERT (id, aggregatetype, aggregateid, type, payload, tracingspancontext) ON outbox TO {api};
 GRANT UPDATE (token_hash) ON users TO {api};  -- token rotation and revocation (SET_TOKEN)
