@@ -1,11 +1,11 @@
 """Capacity: offered load in steps through the real pipeline, up to the knee.
 
-    .venv/bin/python -m bench.capacity [--steps 250,500,1000,2000,4000] [--seconds 30] [--drain 60]
+    .venv/bin/python -m bench.capacity [--steps 250,350,...,4000] [--seconds 30] [--drain 60]
                                        [--kinds sql,http,floor] [--quick] [--out DIR] [--json FILE]
 
-Two pipelines run side by side, each on its own database (seeded: 100 authors with 10 followers each, and a
-history), AMQP prefix and slot, with the real processes: `walfeed relay` and 2 `walfeed worker`s each, and for
-the HTTP kind also `walfeed api` (the floor kind the floor app). Writer kinds:
+One pipeline per writer kind runs side by side, each on its own database (seeded: 100 authors with 10 followers
+each, and a history), AMQP prefix and slot, with the real processes: `walfeed relay` and 2 `walfeed worker`s each,
+and for the HTTP kind also `walfeed api` (the floor kind the floor app). Writer kinds:
 
 - sql: paced writers issuing the API's own statements directly (bench/lib/e2e.py write_post);
 - http: paced writers posting through the api (POST /v1/posts, bearer tokens of the seeded authors): one event loop
@@ -26,8 +26,9 @@ counted as its api.
 The knee, per writer kind, is the highest offered rate at which the step and every lower one were sustained:
 writers reached 95% of the offered rate without errors, p99 < 1 s, every post visible by the drain deadline, and
 the backlog did not grow, meaning: over the second half of the writing phase, the backlog (posts committed and
-not yet visible) grew by at most 5% of the posts committed in that half (bench/lib/knee.py). A kind whose step did
-not drain by the deadline runs no higher step (its backlog would be counted again).
+not yet visible) grew by at most 5% of the posts committed in that half (bench/lib/knee.py). A kind runs no step
+above its first one not sustained: its knee is known, and a step that did not drain would count its backlog again.
+The default steps grow by 1.4 times, so that two kinds' knees are compared to within that factor.
 
 Worker and api settings (WALFEED_WORKER_*, WALFEED_API_*) set in this process's environment reach the processes
 unchanged (e.g. WALFEED_WORKER_BATCH_SIZE); the bench's defaults apply only where none is set.
@@ -62,7 +63,8 @@ from services.api.config import ApiSettings
 from testkit.processes import Process, free_port
 from testkit.waiting import eventually
 
-STEPS = (250, 500, 1000, 2000, 4000)
+# Each step 1.4 times the one before: a knee ratio of 0.7 is one a grid of doublings cannot show (it has 0.5 and 1).
+STEPS = (250, 350, 500, 700, 1000, 1400, 2000, 2800, 4000)
 QUICK_STEPS = (250, 1000, 2000)
 KINDS = ("sql", "http", "floor")
 WORKERS = 2
@@ -232,7 +234,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         if result.get(key) is not None:
             out.append(f"- {what}, same run: {result[key]:.2f}")
     for kind, skipped in result["skipped"].items():
-        why = "the run was aborted" if result.get("aborted") else "a lower step did not drain"
+        why = "the run was aborted" if result.get("aborted") else "a lower step was not sustained"
         out.append(f"- {kind}: steps {', '.join(map(str, skipped))} not run: {why}")
     if result.get("aborted"):
         out.append(f"- aborted ({result['aborted']}): the knee counts only the steps above")
@@ -262,7 +264,8 @@ def figures_of(results: list[dict[str, Any]], knees: Mapping[str, int]) -> dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default 250,500,1000,2000,4000)")
+    parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default "
+                                          "250,350,500,700,1000,1400,2000,2800,4000)")
     parser.add_argument("--seconds", type=float, help="writing time per step (default 30; --quick 3)")
     parser.add_argument("--drain", type=float, help="seconds a step waits for its posts (default 60; --quick 15)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds, comma-separated: sql, http, floor "
@@ -308,7 +311,7 @@ def main() -> int:
                 continue
             results.append(s)
             print(f"    {line(s)}", file=sys.stderr, flush=True)
-            if s["unfinished"]:
+            if knee.failures(s):  # its knee is known; a step that did not drain would count its backlog again
                 skipped[pipe.kind] = []
     skipped = {k: v for k, v in skipped.items() if v}
     meta["load_after"] = entry.load_avg()
