@@ -48,6 +48,7 @@ DELETED: Final = "deleted"  # the post is gone: nothing to fan out
 PULLED: Final = "pulled"  # a celebrity's post: merged at read time
 PUSHED: Final = "pushed"  # fanned out inside the batch's transaction
 LARGE: Final = LARGE_LABEL  # pushed, but its audience is fanned out in chunks outside the batch
+DECIDED: Final = frozenset({PULLED, PUSHED, LARGE})  # the post's decision is recorded: it gets its author's row
 
 
 def post_action(event: ev.Event, row: PostRow | None, push: bool | None, batch_audience: int) -> str:

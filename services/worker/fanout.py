@@ -68,24 +68,23 @@ class Effects:
             real: dict[str, list[ev.Event]] = defaultdict(list)
             for event in real_and_new(conn, CONSUMER, unique, done):
                 real[event.type].append(event)
-            (audiences, authors), pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
+            trim, pushed = self._posts_created(conn, real[ev.POST_CREATED], done)
             self._posts_deleted(conn, real[ev.POST_DELETED], done)
             self._follows_created(conn, real[ev.FOLLOW_CREATED], done)
             self._follows_deleted(conn, real[ev.FOLLOW_DELETED], done)
-        if audiences or authors:
-            self._trim_followers(conn, q.TRIM_DUE, {"audiences": sorted(audiences), "authors": sorted(authors)})
+        if trim is not None:
+            self._trim(conn, q.TRIM_DUE, trim)
         log.debug("batch applied", extra={"events": len(unique), "pushed": pushed})
         return done
 
     def _posts_created(self, conn: Conn, events: list[ev.Event],
-                       done: dict[ev.Event, Applied]) -> tuple[tuple[set[int], set[int]], int]:
+                       done: dict[ev.Event, Applied]) -> tuple[dict[str, list[int]] | None, int]:
         """Decide push or pull once per post and fan small audiences out. No processed record: a duplicate finds
         the decision recorded and inserts nothing new (a row the cap trimmed meanwhile comes back below the floor,
-        where rows may be, docs/adr/0024). Returns the authors whose followers are due a trim (of small pushed posts)
-        and those due one themselves (their own rows: any decided post, docs/adr/0157), and how many posts were
-        pushed."""
+        where rows may be, docs/adr/0024). Returns sql.TRIM_DUE's arguments when a post is due a trim (None if none is),
+        and how many posts were pushed."""
         if not events:
-            return (set(), set()), 0
+            return None, 0
         rows = {r["id"]: decide.PostRow(r["author_id"], r["deleted"], r["fanned_out"], r["follower_count"])
                 for r in conn.execute(q.POSTS_FOR_FANOUT, {"post_ids": [e.payload["post_id"] for e in events]})}
         proposed: dict[int, bool] = {}
@@ -103,14 +102,16 @@ class Effects:
             except outbox.PostMissing as exc:
                 done[event] = exc
         pushed = [e for e in events if done[e] == decide.PUSHED]
-        own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in events
-                      if done[e] in (decide.PUSHED, decide.LARGE, decide.PULLED)}.items())
+        decided = [e for e in events if done[e] in decide.DECIDED]
+        own = sorted({e.payload["post_id"]: done[e] == decide.PUSHED for e in decided}.items())
         if own:
             conn.execute(q.FANOUT_BATCH, {"own": [p for p, _ in own], "fan_out": [f for _, f in own]})
-        due = [e for e in events if done[e] in (decide.PUSHED, decide.LARGE, decide.PULLED)
-               and policy.should_trim(e.payload["post_id"])]
-        audiences = {e.payload["author_id"] for e in due if done[e] == decide.PUSHED}
-        return (audiences, {e.payload["author_id"] for e in due}), len(pushed)
+        due = [e for e in decided if policy.should_trim(e.payload["post_id"])]
+        if not due:
+            return None, len(pushed)
+        # the followers of small pushed posts' authors (a large post's are trimmed by its chunks), and every author
+        return {"audiences": sorted({e.payload["author_id"] for e in due if done[e] == decide.PUSHED}),
+                "authors": sorted({e.payload["author_id"] for e in due})}, len(pushed)
 
     def _record_decisions(self, conn: Conn, proposed: dict[int, bool]) -> dict[int, bool]:
         """Record the proposed decisions of undecided posts; a post decided meanwhile keeps its recorded one."""
@@ -177,7 +178,7 @@ class Effects:
                 if finished:
                     _mark(conn, [event.id])
             if chunk["n"] and policy.should_trim(post_id):
-                self._trim_followers(conn, q.CHUNK_FOLLOWERS,
+                self._trim(conn, q.CHUNK_FOLLOWERS,
                                      {"author_id": author_id, "after": after, "last": chunk["last"]})
             if finished:
                 return decide.PUSHED if chunk["alive"] else decide.DELETED
@@ -185,12 +186,12 @@ class Effects:
             if self._should_stop():
                 raise Interrupted(f"stopping after follower {after}")
 
-    def _trim_followers(self, conn: Conn, followers: SQL, args: dict[str, Any]) -> None:
-        """Best effort, after the fan-out committed: trim the users `followers` selects. A failed trim leaves
-        timelines a little over the cap until the next one (docs/adr/0023)."""
+    def _trim(self, conn: Conn, users: SQL, args: dict[str, Any]) -> None:
+        """Best effort, after the fan-out committed: trim the users `users` selects (its `follower_id` column). A
+        failed trim leaves timelines a little over the cap until the next one (docs/adr/0023)."""
         try:
             with conn.transaction():
-                trim(conn, [r["follower_id"] for r in conn.execute(followers, args)], self._cap)
+                trim(conn, [r["follower_id"] for r in conn.execute(users, args)], self._cap)
         except psycopg.Error as exc:  # a failed trim must not fail the committed fan-out
             log.warning("timeline trim skipped", extra={"error": repr(exc)})
 
