@@ -264,8 +264,8 @@ def figures_of(results: list[dict[str, Any]], knees: Mapping[str, int]) -> dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", help="offered rates, posts/s, comma-separated (default "
-                                          "250,350,500,700,1000,1400,2000,2800,4000)")
+    parser.add_argument("--steps", help=f"offered rates, posts/s, comma-separated (default "
+                                          f"{','.join(map(str, STEPS))})")
     parser.add_argument("--seconds", type=float, help="writing time per step (default 30; --quick 3)")
     parser.add_argument("--drain", type=float, help="seconds a step waits for its posts (default 60; --quick 15)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="writer kinds, comma-separated: sql, http, floor "
