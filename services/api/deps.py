@@ -153,8 +153,7 @@ async def read(request: Request, token: str, after_header: str | None,
             return await work(db, me)
 
     with database_errors():
-        return await replica.run(readafter.wanted(after, replica.memory.get(me)),
-                                 lambda db: work(db, me), on_primary)
+        return await replica.run(after, replica.memory.get(me), lambda db: work(db, me), on_primary)
 
 
 async def throttle(request: Request, db: store.Conn, quota: Quota, subject: str) -> None:

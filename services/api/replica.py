@@ -7,8 +7,11 @@ replayed costs no extra round trip; the check runs on the connection that then r
 server the read URL leads to (one standby, or several behind a TCP balancer).
 
 A token is the client's word: one beyond any position this process knows the primary reached is checked against
-the primary's current position and lowered to it (`clamp`), so a forged `FFFFFFFF/FFFFFFFF` waits for nothing and
-holds no waiter slot. A real token from a write through another process costs that one primary query at most.
+the primary's current position (`trusted`). Every real token is at or below it (it was taken after its write
+committed there); one beyond it names no write and is dropped, so a forged `FFFFFFFF/FFFFFFFF` makes a read wait for
+nothing but the caller's own writes through this process. Lowering it to the primary's position instead would make
+each such read wait for the replica to replay whatever anyone wrote last, in a waiter slot other readers need. A
+real token from a write through another process costs that one primary query at most.
 """
 
 from __future__ import annotations
@@ -77,24 +80,27 @@ class Replica:
         self.primary_lsn = max(self.primary_lsn, lsn)
         return lsn
 
-    async def clamp(self, after: int) -> int:
-        """`after`, lowered to the primary's current position when it is beyond it: a position the primary never
-        wrote can never be replayed, and a read waiting for it would only hold a waiter slot until the bound. Without
-        a primary pool to ask (unit tests), a position beyond what is known stays as it is."""
-        if after <= self.primary_lsn or self.primary is None:
-            return after
+    async def trusted(self, token: int) -> int | None:
+        """`token`, or None when it is beyond the primary's current position: no write reached it, so there is
+        nothing to wait for. The primary is asked only for a token beyond every position this process saw it at.
+        Without a primary pool to ask (unit tests), a token beyond what is known stays as it is."""
+        if token <= self.primary_lsn or self.primary is None:
+            return token
         async with self.primary.connection() as conn:
             row = await (await conn.execute(WRITTEN)).fetchone()
         assert row is not None
         self.primary_lsn = max(self.primary_lsn, int(row["lsn"]))
-        return min(after, self.primary_lsn)
+        return token if token <= self.primary_lsn else None
 
-    async def run(self, after: int | None, work: Work[T], primary: Callable[[], Awaitable[T]]) -> T:
-        """`work` on a replica connection that has replayed `after`, else `primary()` (which runs it there); either
-        way counted in walfeed_api_replica_reads_total by the server that answered and why."""
+    async def run(self, token: int | None, remembered: int | None, work: Work[T],
+                  primary: Callable[[], Awaitable[T]]) -> T:
+        """`work` on a replica connection that has replayed what the caller must see (the later of their `token`,
+        if `trusted`, and the position of their write `remembered` by this process), else `primary()` (which runs
+        it there); either way counted in walfeed_api_replica_reads_total by the server that answered and why."""
         reason = "replica-down"
-        if after is not None and time.monotonic() >= self.down_until:
-            after = await self.clamp(after)
+        if token is not None and time.monotonic() >= self.down_until:
+            token = await self.trusted(token)
+        after = readafter.wanted(token, remembered)
         if time.monotonic() >= self.down_until:
             try:
                 async with self.pool.connection(timeout=ACQUIRE_TIMEOUT) as conn:

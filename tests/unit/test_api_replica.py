@@ -44,14 +44,14 @@ def test_a_read_while_the_replica_is_down_is_counted_once_as_replica_down() -> N
     registry = CollectorRegistry()
     replica = _replica(None, registry)  # never touched: the replica is down
     replica.down_until = time.monotonic() + 60
-    assert asyncio.run(replica.run(None, lambda conn: _on_primary(), _on_primary)) == "from the primary"
+    assert asyncio.run(replica.run(None, None, lambda conn: _on_primary(), _on_primary)) == "from the primary"
     assert _primary_reads(registry) == {"replica-down": 1.0, "replica-error": None}
 
 
 def test_a_replica_that_fails_marks_itself_down_and_its_read_is_counted_once_as_replica_error() -> None:
     registry = CollectorRegistry()
     replica = _replica(TimingOutPool(), registry)
-    assert asyncio.run(replica.run(None, lambda conn: _on_primary(), _on_primary)) == "from the primary"
+    assert asyncio.run(replica.run(None, None, lambda conn: _on_primary(), _on_primary)) == "from the primary"
     assert replica.down_until > time.monotonic()
     assert _primary_reads(registry) == {"replica-down": None, "replica-error": 1.0}
 
@@ -74,11 +74,13 @@ class PrimaryAt:
         return {"lsn": self.lsn}
 
 
-def test_a_token_beyond_the_primary_is_lowered_to_its_position_asking_only_beyond_what_is_known() -> None:
+def test_a_token_beyond_the_primary_is_dropped_asking_only_beyond_what_is_known() -> None:
     primary = PrimaryAt(1000)
     replica = Replica(cast(Pool, None), wait=0.1, retry=5.0, max_waiters=1, memory=WriteMemory(10.0),
                       registry=CollectorRegistry(), primary=cast(Pool, primary))
-    assert asyncio.run(replica.clamp(2**64 - 1)) == 1000 and primary.asked == 1
-    assert asyncio.run(replica.clamp(900)) == 900 and primary.asked == 1  # below what is known: not asked
+    assert asyncio.run(replica.trusted(2**64 - 1)) is None and primary.asked == 1  # no write reached it
+    assert asyncio.run(replica.trusted(900)) == 900 and primary.asked == 1  # below what is known: not asked
+    assert asyncio.run(replica.trusted(1000)) == 1000 and primary.asked == 1
     primary.lsn = 1500  # another process wrote since
-    assert asyncio.run(replica.clamp(1200)) == 1200 and primary.asked == 2
+    assert asyncio.run(replica.trusted(1200)) == 1200 and primary.asked == 2
+    assert asyncio.run(replica.trusted(1501)) is None and primary.asked == 3

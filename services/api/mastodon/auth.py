@@ -14,7 +14,7 @@ from typing import Final, TypeVar
 from fastapi import Request
 from starlette.requests import HTTPConnection
 
-from services.api import oauth, readafter, tokens
+from services.api import oauth, tokens
 from services.api import store as api_store
 from services.api.deps import database, database_errors, within_write_limit
 from services.api.mastodon import store
@@ -125,8 +125,7 @@ async def read(request: Request, scope: str, work: Callable[[api_store.Conn, int
             return await work(db, me)
 
     with database_errors():
-        return await replica.run(readafter.wanted(None, replica.memory.get(me)), lambda db: work(db, me),
-                                 on_primary)
+        return await replica.run(None, replica.memory.get(me), lambda db: work(db, me), on_primary)
 
 
 @asynccontextmanager
