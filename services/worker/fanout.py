@@ -178,8 +178,7 @@ class Effects:
                 if finished:
                     _mark(conn, [event.id])
             if chunk["n"] and policy.should_trim(post_id):
-                self._trim(conn, q.CHUNK_FOLLOWERS,
-                                     {"author_id": author_id, "after": after, "last": chunk["last"]})
+                self._trim(conn, q.CHUNK_FOLLOWERS, {"author_id": author_id, "after": after, "last": chunk["last"]})
             if finished:
                 return decide.PUSHED if chunk["alive"] else decide.DELETED
             after = chunk["last"]
