@@ -117,24 +117,25 @@ def design_statement(statement: bytes = sql.HOME_ABOVE_FLOOR["newest"]) -> str:
 
 
 def design_scripts(url: str, group: Group, named: bool = True) -> list[str]:
-    """The read as the api sends it (docs/adr/0153): for the first reader of the group in each partition of
-    timelines, the statement naming that reader's partition, a pgbench script of its own; not `named`: the statement
-    through the parent for any reader of the group, one script. pgbench prepares each script on each connection,
-    so a script per reader would mostly measure planning (a generic plan over 32 partitions costs milliseconds)."""
+    """The read as the api sends it (docs/adr/0153): the statement naming the reader's partition
+    (`partition_scripts`); not `named`: the statement through the parent for any reader of the group, one script."""
     if not named:
         return [pgbench_script(design_statement(), group.first, group.last)]
     with psycopg.connect(url, row_factory=dict_row) as conn:
         layout = Layout.parse(conn.execute(partitions.LAYOUT).fetchall())
     assert layout is not None, "timelines is not hash-partitioned"
+    return partition_scripts(layout, group, lambda part: sql.home_above_floor("newest", part.schema, part.name,
+                                                                              part.constraint))
+
+
+def partition_scripts(layout: Layout, group: Group, statement: Callable[[partitions.Partition], bytes]) -> list[str]:
+    """pgbench scripts of `statement(partition)`: for the first reader of the group in each partition of timelines,
+    its partition's text, a script of its own. pgbench prepares each script on each connection, so a script per
+    reader would mostly measure planning (a generic plan over 32 partitions costs milliseconds)."""
     first: dict[str, int] = {}
     for user in range(group.first, group.last + 1):
         first.setdefault(layout.of(user).name, user)
-    out = []
-    for user in first.values():
-        part = layout.of(user)
-        text = design_statement(sql.home_above_floor("newest", part.schema, part.name, part.constraint))
-        out.append(pgbench_script(text, user, user))
-    return out
+    return [pgbench_script(design_statement(statement(layout.of(user))), user, user) for user in first.values()]
 
 
 def requests(first: int, last: int) -> list[bytes]:
