@@ -9,7 +9,9 @@ primary, under a session advisory lock (one relay recovers, the others wait as s
    is the slot's, none is both; or, with a slot of unknown history (REPUBLISH), a new snapshot taken after it:
    the rows committed between the slot's start and that snapshot are both republished and streamed (twice at most);
 2. in that transaction, republish every outbox row the checkpoint does not cover (walfeed_relay_unconfirmed), in
-   batches of the relay's window, each confirmed by the broker before the next;
+   batches of the relay's window, each confirmed by the broker before the next, routed as the polling source routes
+   them (routes.poll: a fan-out event alone to the events exchange and to the grouped exchange, which walfeed's own
+   consumers read: docs/adr/0115);
 3. commit, then make that snapshot's xmin the checkpoint, on this server and timeline; the relay then streams.
 
 Interrupted anywhere, nothing is checkpointed: the next start finds the slot and the old checkpoint and
@@ -33,9 +35,10 @@ import psycopg2.extras
 from prometheus_client import Counter
 from psycopg2 import sql
 
-from services.cdc_relay import metrics, poll_sql
+from services.cdc_relay import metrics, poll_sql, routes
 from services.cdc_relay.failover_policy import Action, Checkpoint, Server, decide
 from services.cdc_relay.messages import Outgoing, outgoing
+from services.cdc_relay.poll_policy import Claims
 from services.cdc_relay.publisher_thread import PublisherThread
 from services.cdc_relay.stream import Interrupted, SlotBusy, SlotMissing
 from services.core import slots, tracing
@@ -67,14 +70,16 @@ class Republisher:
         self._thread.start()
 
     def publish(self, batch: list[Outgoing[str]], should_stop: Callable[[], bool]) -> None:
-        """Returns once the broker confirmed every message of `batch`; raises Interrupted on a stop request."""
-        waiting = {m.token for m in batch}
+        """Returns once the broker confirmed every message of `batch`; raises Interrupted on a stop request. The
+        messages' tokens are event ids, and both copies of a fan-out event carry its id: counted, not a set."""
+        waiting = Claims()
+        waiting.claimed(m.token for m in batch)
         self._thread.submit(batch)
-        while waiting:
+        while waiting.in_flight:
             if should_stop():
                 raise Interrupted("stop requested while republishing")
             with contextlib.suppress(queue.Empty):
-                waiting.difference_update(self._confirmed.get(timeout=WAIT_STEP))
+                waiting.confirmed(self._confirmed.get(timeout=WAIT_STEP))
 
     def close(self) -> None:
         self._thread.stop()
@@ -180,13 +185,14 @@ class Recovery:
                 cur.itersize = self._batch
                 cur.execute(UNCONFIRMED, (self._slot,))
                 while rows := cur.fetchmany(self._batch):
-                    batch = []
+                    events = []
                     for row in rows:
                         event = poll_sql.row_event(row)
-                        batch.append(outgoing(event, str(event.id), poll_sql.row_traceparent(row)))
-                    republisher.publish(batch, self._should_stop)
-                    count += len(batch)
-                    metrics.REPUBLISHED.labels("failover").inc(len(batch))
+                        events.append(outgoing(event, str(event.id), poll_sql.row_traceparent(row)))
+                    messages = routes.poll(events)
+                    republisher.publish(messages, self._should_stop)
+                    count += len(events)
+                    metrics.REPUBLISHED.labels("failover").inc(len(messages))  # every copy (docs/adr/0115)
                     log.info("republished", extra={"count": count,
                                                    "seconds": round(time.monotonic() - started, 2)})
         finally:

@@ -120,6 +120,11 @@ class Watcher:
         self.pump()
         return expected.issubset(self.event_ids())
 
+    def has_all_grouped(self, expected: set[str]) -> bool:
+        """Every event of `expected` came to walfeed's own consumers (the grouped exchange)."""
+        self.pump()
+        return expected.issubset(self.grouped_event_ids())
+
 
 def bodies(message: Received) -> list[bytes]:
     """The bodies of the events a message carries: a group's (WALFEED_RELAY_GROUP_MAX above 1), or its own."""

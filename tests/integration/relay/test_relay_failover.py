@@ -75,6 +75,9 @@ def test_a_missing_slot_is_created_and_uncovered_rows_republished_first(
     mark = len(watcher.messages)
     relay = start_relay("relay2", **FAST)
     eventually(lambda: watcher.has_all(lost_without_recovery), timeout=60, what="the events the slot never saw")
+    # and to walfeed's own consumers, who read fan-out events from the grouped exchange only (ADR 0115)
+    eventually(lambda: watcher.has_all_grouped(lost_without_recovery), timeout=30,
+               what="the events the slot never saw, on the grouped exchange")
     log = relay.log()
     assert "new primary" in log and "recovered on a new primary" in log
     assert log.index("recovered on a new primary") < log.index("streaming")
@@ -86,6 +89,8 @@ def test_a_missing_slot_is_created_and_uncovered_rows_republished_first(
                           if m.properties.message_id in lost_without_recovery and b'"aggregate_id":"1"' in m.body)
     assert_published_as_spec(watcher, first_of_a_txn)  # a republished event is the message the slot would send
     assert max(counts.values()) == 1  # the slot's exported snapshot: nothing both republished and streamed
+    grouped = Counter(watcher.grouped_event_ids())
+    assert {grouped[event_id] for event_id in lost_without_recovery} == {1}
     sysid, timeline, _next = server(database_url)
     found = checkpoint(database_url, slot_name)
     assert found is not None and (found["system_identifier"], found["timeline"]) == (sysid, timeline)
