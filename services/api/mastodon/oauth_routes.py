@@ -160,6 +160,8 @@ async def _exchange(request: Request, params: Params) -> Response:
     code = params.text("code", 200)
     verifier = params.text("code_verifier", 200)
     async with database(request) as db:
+        # A client may leave its secret out only for a code it asked with a PKCE challenge (a public client: RFC
+        # 7636), which is known once the code is taken; a verifier sent for a code without one stands for nothing.
         app = await _app(db, params, request, secret_required=verifier is None)
         taken = None if code is None else await store.take_code(db, tokens.token_hash(code))
         redirect = params.text("redirect_uri", oauth.MAX_URI_CHARS) or oauth.OOB
@@ -167,7 +169,7 @@ async def _exchange(request: Request, params: Params) -> Response:
                 or taken["redirect_uri"] != redirect \
                 or not oauth.verifier_matches(taken["challenge"], taken["challenge_method"], verifier):
             raise OAuthError("invalid_grant", BAD_GRANT)
-        if verifier is None and params.text("client_secret", 200) is None and _basic(request)[1] is None:
+        if taken["challenge"] is None and params.text("client_secret", 200) is None and _basic(request)[1] is None:
             raise OAuthError("invalid_client", BAD_CLIENT, 401)
         return await _issue(db, app, int(taken["user_id"]), frozenset(taken["scopes"]))
 

@@ -77,6 +77,26 @@ def test_the_code_flow_with_pkce_redirects_with_the_state_and_the_code_works_onc
     assert me.status_code == 200 and me.json()["username"] == "alice"
 
 
+def test_a_code_without_a_challenge_is_not_exchanged_without_the_client_secret(api: httpx.Client) -> None:
+    """A code asked for without PKCE (Mastodon.py and toot ask so) belongs to a client that has a secret: a stolen
+    code and a made-up code_verifier do not make a token."""
+    _account(api, "dave")
+    app = _app(api)
+    form = read_page(api.get("/oauth/authorize", params={
+        "client_id": app["client_id"], "redirect_uri": CALLBACK, "response_type": "code", "scope": "read"}).text)
+    exchange = {"grant_type": "authorization_code", "client_id": app["client_id"], "redirect_uri": CALLBACK}
+
+    def code() -> str:
+        sent = api.post("/oauth/authorize", data={**form.fields, "username": "dave", "password": PASSWORD})
+        assert sent.status_code == 302, sent.text
+        return parse_qs(urlsplit(sent.headers["location"]).query)["code"][0]
+
+    stolen = api.post("/oauth/token", data={**exchange, "code": code(), "code_verifier": "v" * 50})
+    assert stolen.status_code == 401 and stolen.json()["error"] == "invalid_client"
+    with_secret = api.post("/oauth/token", data={**exchange, "code": code(), "client_secret": app["client_secret"]})
+    assert with_secret.status_code == 200 and with_secret.json()["scope"] == "read"
+
+
 def test_the_login_page_refuses_unknown_apps_and_redirects_not_registered(api: httpx.Client) -> None:
     app = _app(api)
     unknown = api.get("/oauth/authorize", params={"client_id": "nope", "redirect_uri": CALLBACK})
