@@ -62,9 +62,12 @@ def create_app(settings: Settings, api_settings: ApiSettings | None = None,
         app.state.replica = await _open_replica(api, options, app.state.registry, pool)
         await app.state.search.start(settings.database_url, pool)
         live = mastodon.live_feed(app, settings, pool, options) if api.mastodon_api else None
-        caches = Caches(app.state.token_cache, *([app.state.mastodon_grants] if api.mastodon_api else []))
+        # every token change (this process's and, through the listener, every other's): the caches forget the
+        # user, the user's live streams end
+        caches = Caches(app.state.token_cache, *([app.state.mastodon_grants, live.hub] if live is not None else []))
+        app.state.token_changes = caches
         listener = (asyncio.create_task(revocations.listen(settings.database_url, caches, options))
-                    if api.auth_cache_seconds > 0 else None)
+                    if api.auth_cache_seconds > 0 or live is not None else None)
         try:
             yield
         finally:

@@ -190,6 +190,17 @@ def test_a_slow_stream_is_cut_off_when_its_queue_is_full_and_end_wakes_its_reade
     assert sse(Message("delete", "42")) == b"event: delete\ndata: 42\n\n"
 
 
+def test_a_token_change_ends_its_users_streams_and_a_lost_listener_ends_them_all() -> None:
+    hub = Hub()
+    mine, again, theirs = _stream(1), _stream(1), _stream(2)
+    for stream in (mine, again, theirs):
+        hub.open(stream)
+    hub.forget_user(1)  # a token of user 1 revoked or rotated, here or on another process
+    assert mine.closed and again.closed and mine.queue.get_nowait() is END and not theirs.closed
+    hub.listening(False)  # a change may be missed while the listener is away
+    assert theirs.closed and theirs.queue.get_nowait() is END
+
+
 def test_a_status_assembled_from_its_head_and_account_is_the_status() -> None:
     site = entities.Site("https://feed.example", "feed.example")
     moment = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

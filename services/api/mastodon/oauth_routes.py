@@ -183,7 +183,7 @@ async def revoke(request: Request) -> Response:
         value = params.text("token", 200)
         user = None if value is None else await store.revoke_token(db, tokens.token_hash(value), int(app["id"]))
     if user is not None:  # at once here; on the other processes when the notification arrives (ADR 0035)
-        request.app.state.mastodon_grants.forget_user(user)
+        request.app.state.token_changes.forget_user(user)  # the caches, and the user's streams here
     return json({})
 
 

@@ -4,7 +4,8 @@ A stream is one open `GET /api/v1/streaming/user` of one user. The hub keeps, fo
 stream here, whom they follow (loaded once when their first stream opens, then kept by the follow events this
 process receives), and an index author -> local followers, so routing an event costs a dictionary lookup, not a
 query. A stream holds a bounded queue of messages: when a client reads slower than events arrive and its queue is
-full, the stream is cut off (`overflowed`), never grows and never slows the others.
+full, the stream is cut off (`overflowed`), never grows and never slows the others. A stream ends when a token of its
+user changes (the revocation listener drives the hub as it drives the token caches).
 """
 
 from __future__ import annotations
@@ -132,6 +133,18 @@ class Hub:
     def user_streams(self, user: int) -> list[Stream]:
         reader = self._readers.get(user)
         return list(reader.streams) if reader is not None else []
+
+    def forget_user(self, user: int) -> None:
+        """A token of `user` changed (revoked or rotated, on any process: revocations.py): their streams here end,
+        as Mastodon's streaming server ends a revoked token's; a client whose token still works reconnects."""
+        for stream in self.user_streams(user):
+            stream.end()
+
+    def listening(self, live: bool) -> None:
+        """The token listener (re)connected or was lost: a change may have been missed, so every stream ends (its
+        client reconnects and is checked again), as the token caches forget everything (authcache.py)."""
+        for stream in self.all_streams():
+            stream.end()
 
     def entries(self) -> int:
         """Follow entries held (memory: about a hundred bytes each in the two indexes)."""

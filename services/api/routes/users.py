@@ -65,7 +65,7 @@ async def rotate_token(token: Token, request: Request) -> NewToken:
     new = tokens.new_token()
     async with write_session(request, token) as (db, me):
         await store.set_token(db, me, tokens.token_hash(new))
-    request.app.state.token_cache.forget_user(me)
+    request.app.state.token_changes.forget_user(me)
     return NewToken(token=new)
 
 
@@ -76,7 +76,7 @@ async def revoke_token(token: Token, request: Request) -> Response:
     other credential to get a new token with). To replace a leaked token, rotate it instead."""
     async with write_session(request, token) as (db, me):
         await store.set_token(db, me, tokens.unusable_hash())
-    request.app.state.token_cache.forget_user(me)
+    request.app.state.token_changes.forget_user(me)
     return Response(status_code=204)
 
 

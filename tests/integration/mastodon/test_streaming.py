@@ -87,6 +87,25 @@ def test_stream_user_receives_updates_notifications_and_deletes(stack: Stack, si
     eventually(lambda: _streams(stack) == 0, timeout=30, what="the closed stream released")
 
 
+def test_a_revoked_token_ends_the_stream_it_opened(stack: Stack, signup: SignUp) -> None:
+    """As Mastodon's streaming server does on a revocation: the stream stops, it does not go on with the victim's
+    home timeline (the client, whose token no longer works, cannot open another)."""
+    signup("reader"), signup("author")
+    reader, author = _login(stack, "reader"), _login(stack, "author")
+    reader.account_follow(reader.account_lookup("author")["id"])
+    heard = Recorder()
+    handle = reader.stream_user(heard, run_async=True, reconnect_async=False)
+    try:
+        eventually(lambda: heard.heartbeats > 0, timeout=30, what="the stream open (a heartbeat)")
+        reader.revoke_access_token()
+        eventually(lambda: not handle.is_receiving(), timeout=10, what="the stream ended by the revocation")
+        author.status_post("after the revocation")
+        assert heard.events("update") == []
+    finally:
+        handle.close()
+    eventually(lambda: _streams(stack) == 0, timeout=30, what="the ended stream released")
+
+
 def test_a_stop_ends_the_open_streams_at_once_instead_of_waiting_out_the_grace_period(
         stack: Stack, signup: SignUp, processes: Processes) -> None:
     signup("reader")
