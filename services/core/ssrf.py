@@ -39,6 +39,16 @@ class UrlRefused(ValueError):
         self.detail = detail
 
 
+class ResolveFailed(UrlRefused):
+    """The name could not be resolved for now (the resolver's temporary failure, a name server's failure, a system
+    error): worth another try later, unlike a name that does not exist."""
+
+
+# getaddrinfo's errors that say nothing about the name itself (EAI_NONAME, EAI_NODATA do: it has no address)
+_TEMPORARY: Final = frozenset(getattr(socket, name) for name in ("EAI_AGAIN", "EAI_FAIL", "EAI_MEMORY", "EAI_SYSTEM")
+                              if hasattr(socket, name))
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     allowed_networks: tuple[IPNetwork, ...] = ()  # networks allowed although not public (e.g. 127.0.0.0/8 in tests)
@@ -194,10 +204,14 @@ Resolver = Callable[[str, int], Iterable[IPAddress]]
 
 
 def resolve(host: str, port: int) -> list[IPAddress]:
-    """The system resolver (getaddrinfo); raises UrlRefused when the name does not resolve."""
+    """The system resolver (getaddrinfo); raises UrlRefused when the name does not resolve, ResolveFailed (one) when
+    it could not be resolved for now."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+    except socket.gaierror as exc:
+        refused = ResolveFailed if exc.errno in _TEMPORARY else UrlRefused
+        raise refused(NOT_PUBLIC, f"{host} does not resolve: {exc}") from None
+    except UnicodeError as exc:
         raise UrlRefused(NOT_PUBLIC, f"{host} does not resolve: {exc}") from None
     # scope ids (fe80::1%eth0) are dropped by ip_address's parse only in their text form: strip them first
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]

@@ -135,6 +135,8 @@ class WebhookSender:
                                              delivery.previous_secret_until, now)
             body = payload.webhook_body(delivery)
             headers = signing.headers(str(delivery.id), int(now.timestamp()), body, secrets)
+        except ssrf.ResolveFailed as exc:  # a resolver's or name server's failure, not the receiver's answer
+            return NoAnswer(NO_ANSWER, exc.detail)
         except (ssrf.UrlRefused, signing.InvalidSecret) as exc:
             return Refused(str(exc), getattr(exc, "detail", None))
         except _ResolveTimeout:

@@ -201,6 +201,25 @@ def test_a_resolver_that_hangs_ends_the_try_within_the_total_timeout() -> None:
     assert time.monotonic() - started < 1.0 + 0.5
 
 
+@pytest.mark.parametrize("code", [socket.EAI_AGAIN, socket.EAI_FAIL])
+def test_a_name_that_cannot_be_resolved_for_now_is_tried_again_and_one_that_does_not_exist_is_not(
+        code: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(host: str, *_: Any, **__: Any) -> Any:
+        raise socket.gaierror(code if host == "flaky.example" else socket.EAI_NONAME, "resolver says no")
+
+    monkeypatch.setattr(socket, "getaddrinfo", failing)  # the system resolver's answers, as ssrf.resolve gets them
+    sender = WebhookSender(LOCAL, 1.0, 1.0, 2)
+    try:
+        flaky = sender.send(_delivery("http://flaky.example/", "whsec_AAAA"), datetime.now(UTC))
+        gone = sender.send(_delivery("http://gone.example/", "whsec_AAAA"), datetime.now(UTC))
+    finally:
+        sender.close()
+    assert flaky == policy.NoAnswer(webhook.NO_ANSWER) and "does not resolve" in (flaky.detail or "")
+    assert policy.decide(flaky, 1, RETRY, datetime.now(UTC)).status == "RETRYING"
+    assert isinstance(gone, policy.Refused)
+    assert policy.decide(gone, 1, RETRY, datetime.now(UTC)).status == "DEAD"
+
+
 class _Raising:
     """The real sender, except that it raises (a bug) for one delivery."""
 
