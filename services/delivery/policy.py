@@ -4,8 +4,9 @@ and its webhook. Pure: no I/O, the clock and the random source are arguments."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Final
 
@@ -27,6 +28,8 @@ _RANDOM: Final = random.Random()
 _ASCII_DIGITS: Final = frozenset("0123456789")
 _DIGITS_MAX: Final = 15
 _DATE_MAX: Final = 64
+# RFC 9110's third HTTP-date form, ANSI C's asctime(): `Sun Nov  6 08:50:37 1994`, the one without a zone
+_ASCTIME: Final = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}")
 RETRY_AFTER_CEILING: Final = 86_400.0
 
 
@@ -98,8 +101,10 @@ def parse_retry_after(value: str | None, now: datetime, ceiling: float = RETRY_A
         return None
     try:
         when = parsedate_to_datetime(text)
-        if when.tzinfo is None:  # an HTTP-date is always GMT
-            return None
+        if when.tzinfo is None:  # an HTTP-date is always GMT: only asctime's form says so by having no zone
+            if not _ASCTIME.fullmatch(text):
+                return None
+            when = when.replace(tzinfo=UTC)
         seconds = (when - now).total_seconds()
     except (TypeError, ValueError, IndexError, OverflowError):  # a year 10^20 overflows datetime
         return None

@@ -127,6 +127,16 @@ def test_retry_after_is_ascii_digits_or_a_date_and_clamped(value: str, seconds: 
     assert policy.parse_retry_after(value, NOW) == seconds
 
 
+def test_retry_after_in_each_of_the_three_http_date_forms() -> None:
+    """RFC 9110 5.6.7: a recipient accepts all three; only asctime's has no zone, and a zone that is not GMT's is
+    not an HTTP-date."""
+    later = NOW + timedelta(seconds=97)
+    for form in ("%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"):
+        assert policy.parse_retry_after(later.strftime(form), NOW) == 97.0, form
+    assert policy.parse_retry_after(later.strftime("%a, %d %b %Y %H:%M:%S"), NOW) is None
+    assert policy.parse_retry_after(later.strftime("%a, %d %b %Y %H:%M:%S -0000"), NOW) is None
+
+
 def test_a_past_http_date_means_now() -> None:
     assert policy.parse_retry_after("Mon, 01 Jan 2001 00:00:00 GMT", NOW) == 0.0
 
