@@ -115,6 +115,7 @@ def test_paging_ids_become_ranges() -> None:
     assert pages.page_range(Params({"since_id": "7", "max_id": "50"}), 2) == paging.Range(7, 50, "newest", 3)
     assert pages.page_range(Params({"min_id": "7"}), 2) == paging.Range(7, MAX_ID, "oldest", 3)
     assert pages.page_range(Params({"max_id": "junk"}), 2) == paging.Range(0, MAX_ID, "newest", 3)
+    assert pages.page_range(Params({"max_id": "0"}), 2) == paging.Range(0, 0, "newest", 3)  # nothing, as Mastodon
     items, more = pages.cut(paging.Range(7, MAX_ID, "oldest", 3), [8, 9, 10], 2)
     assert (items, more) == ([9, 8], True)
 

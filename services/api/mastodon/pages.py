@@ -18,7 +18,8 @@ MAX_LIMIT: Final = 40
 
 
 def page_range(params: Params, limit: int) -> paging.Range:
-    before = params.position("max_id") or MAX_ID
+    max_id = params.position("max_id")
+    before = MAX_ID if max_id is None else max_id  # max_id=0: older than 0 is nothing, not the newest page
     min_id, since_id = params.position("min_id"), params.position("since_id")
     if min_id is not None:
         return paging.Range(after=min_id, before=before, order="oldest", fetch=limit + 1)

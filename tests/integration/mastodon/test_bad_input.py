@@ -131,6 +131,10 @@ def test_junk_ids_oversized_and_malformed_bodies_are_mastodon_errors(api: httpx.
     assert page.status_code == 200 and page.json() == []
     assert api.post("/api/v1/statuses", json={"status": "hi", "unknown": {"field": 1}, "sensitive": "0"},
                     headers=auth).status_code == 200
+    for path in ("/api/v1/timelines/home", "/api/v1/notifications", "/api/v1/accounts/1/statuses"):
+        older_than_zero = api.get(path, params={"max_id": "0"}, headers=auth)  # nothing, as Mastodon answers
+        assert older_than_zero.status_code == 200 and older_than_zero.json() == [], path
+        assert "link" not in older_than_zero.headers, path
 
 
 _PATHS = ["/api/v1/apps", "/api/v1/instance", "/api/v1/instance/", "/api/v1/accounts/verify_credentials",
