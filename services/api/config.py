@@ -110,6 +110,10 @@ STREAMS_MAX: Final = Int(
     "WALFEED_MASTODON_STREAMS_MAX", 1000,
     "live streams (`/api/v1/streaming`) one api process holds open at most; one more is a 503; granian admits that "
     "many held streams per worker on top of its own concurrency (ADR 0140)", minimum=0, maximum=1_000_000)
+STREAMS_PER_USER: Final = Int(
+    "WALFEED_MASTODON_STREAMS_PER_USER", 10,
+    "live streams one user holds open at most on one api process; one more is a 429 (so that one account cannot take "
+    "every stream a process holds)", minimum=1, maximum=1_000_000)
 STREAM_BUFFER: Final = Int(
     "WALFEED_MASTODON_STREAM_BUFFER", 256,
     "events queued for one stream; a client that falls further behind is disconnected (it reconnects and reads its "
@@ -120,7 +124,7 @@ SETTINGS: Final[tuple[Declared, ...]] = (
     HOST, PORT, WORKERS, SERVER, MAX_BODY_BYTES, POOL_MIN, POOL_MAX, POOL_TIMEOUT, STATEMENT_TIMEOUT,
     AUTH_CACHE_SECONDS, METRICS_PORT, METRICS_HOST, DOCS, SIGNUP_LIMIT, SIGNUP_WINDOW, WRITE_LIMIT, WRITE_WINDOW,
     READ_URL, READ_AFTER_WAIT, READ_AFTER_MEMORY, REPLICA_RETRY, SECRET_OVERLAP, *ssrf.SETTINGS,
-    FORWARDED_ALLOW_IPS, MASTODON_API, STREAMS_MAX, STREAM_BUFFER, STREAM_HEARTBEAT)
+    FORWARDED_ALLOW_IPS, MASTODON_API, STREAMS_MAX, STREAMS_PER_USER, STREAM_BUFFER, STREAM_HEARTBEAT)
 # Search's, listed with the api's in docs/settings.md (services/cli/settings_doc.py imports only a config).
 SEARCH_SETTINGS: Final = search_config.SETTINGS
 
@@ -152,6 +156,7 @@ class ApiSettings:
     replica_retry: float = REPLICA_RETRY.default_value()
     mastodon_api: bool = MASTODON_API.default
     streams_max: int = STREAMS_MAX.default_value()
+    streams_per_user: int = STREAMS_PER_USER.default_value()
     stream_buffer: int = STREAM_BUFFER.default_value()
     stream_heartbeat: float = STREAM_HEARTBEAT.default_value()
 
@@ -184,6 +189,7 @@ class ApiSettings:
             replica_retry=REPLICA_RETRY.read(env),
             mastodon_api=MASTODON_API.read(env),
             streams_max=STREAMS_MAX.read(env),
+            streams_per_user=STREAMS_PER_USER.read(env),
             stream_buffer=STREAM_BUFFER.read(env),
             stream_heartbeat=STREAM_HEARTBEAT.read(env),
         )

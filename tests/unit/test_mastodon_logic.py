@@ -20,6 +20,7 @@ from services.api.mastodon.errors import MastodonError, _as_error, edge_error
 from services.api.mastodon.notifications import kinds
 from services.api.mastodon.params import Params, parse_body, record_id
 from services.api.mastodon.streamhub import END, Hub, Message, Stream, sse
+from services.api.mastodon.streaming import Subscriptions
 from services.api.oauth import OAuthError
 
 
@@ -200,6 +201,25 @@ def test_a_token_change_ends_its_users_streams_and_a_lost_listener_ends_them_all
     assert mine.closed and again.closed and mine.queue.get_nowait() is END and not theirs.closed
     hub.listening(False)  # a change may be missed while the listener is away
     assert theirs.closed and theirs.queue.get_nowait() is END
+
+
+def test_streams_admitted_together_beyond_a_bound_end_once_registered() -> None:
+    hub = Hub()
+    first, second, third = _stream(1), _stream(1), _stream(1)
+    assert all(hub.admits(1, 10, 2) for _ in range(3))  # three requests checked before any registered
+    results = []
+    for stream in (first, second, third):  # each registered and checked with no await in between
+        hub.open(stream)
+        results.append(hub.within(stream, 10, 2))
+    assert results == [True, True, False] and not hub.admits(1, 10, 2) and hub.admits(2, 10, 2)
+    hub.close(third)
+    assert not hub.admits(2, 2, 5)  # the process's bound, whoever asks
+
+
+def test_a_websocket_subscribes_only_to_what_its_token_may_read() -> None:
+    narrow = Subscriptions(statuses=True, notifications=False)
+    assert narrow.allows("user") and not narrow.allows("user:notification")
+    assert Subscriptions(statuses=False, notifications=True).allows("user:notification")
 
 
 def test_a_status_assembled_from_its_head_and_account_is_the_status() -> None:

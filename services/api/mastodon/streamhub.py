@@ -31,7 +31,8 @@ class Stream:
     user: int
     site: Any  # entities.Site the client connected to (its links are built for it)
     queue: asyncio.Queue[Message]
-    closed: bool = False  # ended: the client fell too far behind, or a source of events was lost
+    notifications: bool = True  # its token covers read:notifications: `notification` events may be written to it
+    closed: bool = False  # ended: the client fell too far behind, a source of events was lost, a token changed
 
     def offer(self, message: Message) -> bool:
         """Queue `message`; False (and the stream is over) when the client fell `maxsize` messages behind."""
@@ -129,6 +130,18 @@ class Hub:
 
     def all_streams(self) -> list[Stream]:
         return [s for r in self._readers.values() for s in r.streams]
+
+    def admits(self, user: int, most: int, most_per_user: int) -> bool:
+        """Whether one more stream of `user` stays within `most` streams in all and `most_per_user` of theirs."""
+        reader = self._readers.get(user)
+        return len(self) < most and (reader is None or len(reader.streams) < most_per_user)
+
+    def within(self, stream: Stream, most: int, most_per_user: int) -> bool:
+        """Whether `stream`, just registered (`open`, with no await in between), is within those bounds: requests
+        that passed `admits` together, each before its first await, are registered one by one, and the ones beyond
+        a bound end here."""
+        reader = self._readers.get(stream.user)
+        return reader is not None and len(self) <= most and len(reader.streams) <= most_per_user
 
     def user_streams(self, user: int) -> list[Stream]:
         reader = self._readers.get(user)

@@ -24,13 +24,16 @@ from services.api import tokens
 from services.api.deps import database
 from services.api.mastodon import feed as feeds
 from services.api.mastodon import views
-from services.api.mastodon.auth import require, resolve
+from services.api.mastodon.auth import Grant, require, resolve
 from services.api.mastodon.errors import MastodonError, unauthorized
 from services.api.mastodon.feed import LiveFeed
 from services.api.mastodon.streamhub import END, HEARTBEAT, OPENING, Stream, sse
+from services.api.oauth import covers
 
 router = APIRouter(include_in_schema=False)
 _HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+STATUSES: Final = "read:statuses"
+NOTIFICATIONS: Final = "read:notifications"
 
 
 def _token(request: Request) -> str:
@@ -60,26 +63,41 @@ async def user_stream(request: Request) -> Response:
         request.query_params.get("stream") == "user:notification"
     token = _token(request)
     async with database(request) as db:
-        me = require(await resolve(request, db, token), "read:statuses")
+        grant = await resolve(request, db, token)
+    # as Mastodon's streaming server: the user stream needs read:statuses and carries notifications only for a
+    # token that covers read:notifications, which is what the notification stream needs
+    me = require(grant, NOTIFICATIONS if only_notifications else STATUSES)
     feed: LiveFeed = request.app.state.mastodon_feed
     api = request.app.state.api_settings
-    if len(feed.hub) >= api.streams_max:
-        raise MastodonError(503, f"this server holds {api.streams_max} streams already; retry later",
-                            {"Retry-After": "5"})
+    _admit(feed, me, api.streams_max, api.streams_per_user)
     if not await feed.ready():
         raise MastodonError(503, "the live stream is unavailable; retry later", {"Retry-After": "5"})
-    stream = Stream(me, views.site(request), asyncio.Queue(maxsize=api.stream_buffer))
+    stream = Stream(me, views.site(request), asyncio.Queue(maxsize=api.stream_buffer),
+                    notifications=covers(grant.scopes, NOTIFICATIONS))
     return StreamingResponse(_events(request, feed, stream, only_notifications), media_type="text/event-stream",
                              headers=_HEADERS)
+
+
+def _admit(feed: LiveFeed, me: int, most: int, most_per_user: int) -> None:
+    """503 when this process holds `most` streams, 429 when the user holds `most_per_user` of them here."""
+    if feed.hub.admits(me, most, most_per_user):
+        return
+    if len(feed.hub) >= most:
+        raise MastodonError(503, f"this server holds {most} streams already; retry later", {"Retry-After": "5"})
+    raise MastodonError(429, f"you hold {most_per_user} streams on this server already: close one first",
+                        {"Retry-After": "5"})
 
 
 async def _events(request: Request, feed: LiveFeed, stream: Stream, only_notifications: bool) -> AsyncIterator[bytes]:
     """Registered with the hub here, where `finally` is sure to run (a response never started runs none of it)."""
     gauge: Gauge = request.app.state.mastodon_streams
-    heartbeat: float = request.app.state.api_settings.stream_heartbeat
+    api = request.app.state.api_settings
+    heartbeat: float = api.stream_heartbeat
     counted = False
     unloaded = feed.hub.open(stream)
     try:
+        if not feed.hub.within(stream, api.streams_max, api.streams_per_user):
+            return  # admitted together with others beyond a bound: this one ends at once (the client retries)
         if unloaded and not only_notifications:
             feed.hub.followed(stream.user, await feeds.followees(request.app.state.pool, stream.user))
         gauge.inc()
@@ -94,7 +112,8 @@ async def _events(request: Request, feed: LiveFeed, stream: Stream, only_notific
                 continue
             if message is END or stream.closed:
                 return
-            if only_notifications and message.event != "notification":
+            if (message.event != "notification" and only_notifications) or \
+                    (message.event == "notification" and not stream.notifications):
                 continue
             yield sse(message)
     finally:
@@ -103,12 +122,16 @@ async def _events(request: Request, feed: LiveFeed, stream: Stream, only_notific
             gauge.dec()
 
 
-async def _grant_user(connection: WebSocket, token: str) -> int | None:
+async def _grant(connection: WebSocket, token: str) -> Grant | None:
+    """The token's grant when it is a user's and covers one of the streams; None otherwise."""
     try:
         async with connection.app.state.pool.connection(timeout=connection.app.state.api_settings.pool_timeout) as db:
-            return require(await resolve(connection, db, token), "read:statuses")
+            grant = await resolve(connection, db, token)
     except MastodonError:
         return None
+    if grant.user is None or not (covers(grant.scopes, STATUSES) or covers(grant.scopes, NOTIFICATIONS)):
+        return None
+    return grant
 
 
 @router.websocket("/api/v1/streaming")
@@ -119,22 +142,27 @@ async def web_socket_stream(websocket: WebSocket) -> None:
     subprotocol = None
     if token is None and offered and len(offered[0]) <= tokens.MAX_TOKEN_CHARS and offered[0].isascii():
         token = subprotocol = offered[0]
-    me = None if token is None else await _grant_user(websocket, token)
+    grant = None if token is None else await _grant(websocket, token)
     feed: LiveFeed = websocket.app.state.mastodon_feed
     api = websocket.app.state.api_settings
-    if me is None:
+    if grant is None or grant.user is None:
         await websocket.close(code=4001, reason="The access token is invalid")
         return
-    if len(feed.hub) >= api.streams_max or not await feed.ready():
+    me = grant.user
+    if not feed.hub.admits(me, api.streams_max, api.streams_per_user) or not await feed.ready():
         await websocket.close(code=1013, reason="the live stream is unavailable; retry later")
         return
     await websocket.accept(subprotocol=subprotocol)
-    stream = Stream(me, views.site(websocket), asyncio.Queue(maxsize=api.stream_buffer))
-    subscribed = Subscriptions()
+    stream = Stream(me, views.site(websocket), asyncio.Queue(maxsize=api.stream_buffer),
+                    notifications=covers(grant.scopes, NOTIFICATIONS))
+    subscribed = Subscriptions(statuses=covers(grant.scopes, STATUSES), notifications=stream.notifications)
     gauge: Gauge = websocket.app.state.mastodon_streams
     counted = False
     unloaded = feed.hub.open(stream)
     try:
+        if not feed.hub.within(stream, api.streams_max, api.streams_per_user):
+            await websocket.close(code=1013, reason="the live stream is unavailable; retry later")
+            return
         if unloaded:  # before the stream counts as open: from then on a followed author's post reaches it
             feed.hub.followed(me, await feeds.followees(websocket.app.state.pool, me))
         gauge.inc()
@@ -155,11 +183,16 @@ async def web_socket_stream(websocket: WebSocket) -> None:
 
 class Subscriptions(set[str]):
     """The streams a WebSocket client subscribed to; `first` is set by its first subscription: events from the
-    accept on wait in the stream's queue until then, so a post made right after subscribing is not missed."""
+    accept on wait in the stream's queue until then, so a post made right after subscribing is not missed.
+    `statuses`, `notifications`: what the token's scopes cover (read:statuses, read:notifications)."""
 
-    def __init__(self) -> None:
+    def __init__(self, statuses: bool = True, notifications: bool = True) -> None:
         super().__init__()
         self.first = asyncio.Event()
+        self.statuses, self.notifications = statuses, notifications
+
+    def allows(self, name: str) -> bool:
+        return self.statuses if name == "user" else self.notifications
 
 
 async def _subscriptions(websocket: WebSocket, subscribed: Subscriptions) -> None:
@@ -177,6 +210,9 @@ async def _subscriptions(websocket: WebSocket, subscribed: Subscriptions) -> Non
         if name not in ("user", "user:notification"):
             await websocket.send_text('{"error":"Unknown stream type: only user and user:notification"}')
             continue
+        if message["type"] == "subscribe" and not subscribed.allows(name):
+            await websocket.send_text('{"error":"Access token does not have the required scopes","status":401}')
+            continue
         if message["type"] == "subscribe":
             subscribed.add(name)
             subscribed.first.set()
@@ -191,6 +227,8 @@ async def _frames(websocket: WebSocket, stream: Stream, subscribed: Subscription
         if message is END or stream.closed:
             await websocket.close(code=1011, reason="the stream fell behind or lost its source: reconnect")
             return
+        if message.event == "notification" and not subscribed.notifications:
+            continue
         for name in ("user", "user:notification"):
             if name in subscribed and (name == "user" or message.event == "notification"):
                 await websocket.send_text(orjson.dumps({"stream": [name], "event": message.event,
