@@ -12,7 +12,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from typing import Final
@@ -121,6 +121,8 @@ class WebhookSender:
         self._pool = httpcore.ConnectionPool(max_connections=max_connections, keepalive_expiry=30.0,
                                              network_backend=self._backend)
         self._lookups = ThreadPoolExecutor(max_connections, thread_name_prefix="webhook-dns")
+        self._running: dict[tuple[str, int], Future[list[ssrf.IPAddress]]] = {}  # one lookup of a name at a time
+        self._running_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.close()
@@ -161,13 +163,26 @@ class WebhookSender:
             self._backend.pin((), None)
 
     def _resolve(self, host: str, port: int, deadline: float) -> list[ssrf.IPAddress]:
-        """The resolver's answer, on a lookup thread, waited for until `deadline` at most."""
-        lookup = self._lookups.submit(lambda: list(self._resolver(host, port)))
+        """The resolver's answer, on a lookup thread, waited for until `deadline` at most. The tries of one name
+        share its lookup while it runs: a name whose servers never answer holds one lookup thread, not one per
+        try, and the other receivers' lookups are not queued behind it."""
+        key = (host, port)
+        with self._running_lock:
+            lookup, started = self._running.get(key), False
+            if lookup is None:
+                lookup, started = self._lookups.submit(lambda: list(self._resolver(host, port))), True
+                self._running[key] = lookup
+        if started:  # outside the lock: a lookup done already runs the callback here, at once
+            lookup.add_done_callback(functools.partial(self._finished, key))
         try:
             return lookup.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
-            lookup.cancel()  # not started yet: never starts; started: its thread finishes on its own
-            raise _ResolveTimeout() from None
+            raise _ResolveTimeout() from None  # its thread finishes on its own; the next try of the name shares it
+
+    def _finished(self, key: tuple[str, int], lookup: Future[list[ssrf.IPAddress]]) -> None:
+        with self._running_lock:
+            if self._running.get(key) is lookup:
+                del self._running[key]
 
 
 def _read_head(response: httpcore.Response) -> bytes:

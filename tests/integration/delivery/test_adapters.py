@@ -220,6 +220,33 @@ def test_a_name_that_cannot_be_resolved_for_now_is_tried_again_and_one_that_does
     assert policy.decide(gone, 1, RETRY, datetime.now(UTC)).status == "DEAD"
 
 
+def test_a_name_whose_servers_never_answer_holds_one_lookup_thread_not_every_one(receiver: Receiver) -> None:
+    """Tries of one hostile name at once share its lookup: another receiver's name, tried meanwhile, still resolves
+    on the second of the sender's two lookup threads and gets its answer."""
+    release = threading.Event()
+
+    def resolver(host: str, port: int) -> list[ssrf.IPAddress]:
+        if host == "silent.example":
+            release.wait(30)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    sender = WebhookSender(LOCAL, 1.0, 2.0, 2, resolver=resolver)
+    receiver.script("/innocent", Reply(200))
+    hostile = [threading.Thread(target=sender.send, args=(_delivery("http://silent.example/", "whsec_AAAA"),
+                                                          datetime.now(UTC))) for _ in range(4)]
+    try:
+        for thread in hostile:
+            thread.start()
+        innocent = sender.send(_delivery(f"http://innocent.example:{receiver.port}/innocent", receiver.secrets[0]),
+                               datetime.now(UTC))
+        assert innocent == policy.Answer(200, None, '{"ok": true}')
+    finally:
+        release.set()
+        for thread in hostile:
+            thread.join(10)
+        sender.close()
+
+
 class _Raising:
     """The real sender, except that it raises (a bug) for one delivery."""
 
