@@ -8,6 +8,7 @@ cannot point the request anywhere else (docs/notifications.md, "SSRF").
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,10 @@ class UrlRefused(ValueError):
     def __init__(self, reason: str, detail: str | None = None) -> None:
         super().__init__(reason)
         self.detail = detail
+
+
+# A host of digits (decimal, octal with a leading 0, hex with 0x) and at most three dots: an IPv4 address to inet_aton
+_NUMERIC_HOST: Final = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?", re.IGNORECASE)
 
 
 class ResolveFailed(UrlRefused):
@@ -123,6 +128,10 @@ def check_url(url: str, policy: Policy) -> Target:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise UrlRefused("the URL has no host")
+    if literal(host) is None and _NUMERIC_HOST.fullmatch(host):
+        # 0x5db8d70e, 0135.0270.0327.016, 93.184.55054: getaddrinfo reads them as an address (inet_aton), and each
+        # spelling would be a host of its own to the per-host budget; an address is written as one
+        raise UrlRefused("the URL's host is an address written in a form other than dotted decimal or IPv6")
     try:  # a name as DNS and the Host header see it: internationalized names in their ASCII form
         host = host if literal(host) is not None else host.encode("idna").decode("ascii")
     except UnicodeError:
@@ -131,6 +140,19 @@ def check_url(url: str, policy: Policy) -> Target:
     if parts.query:
         target += "?" + parts.query
     return Target(scheme, host, port or (443 if scheme == "https" else 80), target, url)
+
+
+def host_key(host: str) -> str:
+    """One spelling of a host, to count what goes to it: a literal address in its canonical form (an IPv4-mapped IPv6
+    address as its IPv4 address), a name in lower case and its ASCII form, without a trailing dot."""
+    host = host.rstrip(".").lower()
+    address = literal(host)
+    if address is not None:
+        return str(getattr(address, "ipv4_mapped", None) or address)
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
 
 
 def literal(host: str) -> IPAddress | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from services.core import ssrf
 from services.delivery.payload import Delivery
 
 # Tries over budget wait for the window's end plus up to this fraction of a window more, at random: those held
@@ -40,16 +41,17 @@ class Taken:
 
 
 def host_of(delivery: Delivery) -> str | None:
-    """The destination host: a webhook URL's host, a mail address's domain, lower case; None if it has none (the
-    try refuses it anyway)."""
+    """The destination host: a webhook URL's host, a mail address's domain, one spelling of each (ssrf.host_key: an
+    IPv4-mapped address and its IPv4 one, a name and its ASCII form are one host); None if it has none (the try
+    refuses it anyway)."""
     if delivery.channel == "email":
-        domain = (delivery.email or "").rpartition("@")[2].strip().lower()
-        return domain or None
+        domain = (delivery.email or "").rpartition("@")[2].strip()
+        return ssrf.host_key(domain) or None
     try:
         host = urlsplit(delivery.url or "").hostname
     except ValueError:
         return None
-    return host.rstrip(".") if host else None
+    return ssrf.host_key(host) or None if host else None
 
 
 def count(hosts: Sequence[str | None]) -> dict[str, int]:

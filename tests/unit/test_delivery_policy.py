@@ -221,6 +221,8 @@ def test_a_host_gets_at_most_what_its_window_had_left_and_the_others_wait_past_i
 @pytest.mark.parametrize(("channel", "url", "email", "host"), [
     ("webhook", "https://Hooks.Example.com.:8443/x", None, "hooks.example.com"),
     ("webhook", "https://[::1]/x", None, "::1"), ("webhook", "http://[bad/", None, None),
+    ("webhook", "https://[::ffff:5db8:d70e]/x", None, "93.184.215.14"),
+    ("webhook", "https://Bücher.example/x", None, "xn--bcher-kva.example"),
     ("email", None, "Bob@Mail.Example.org", "mail.example.org"), ("email", None, None, None)])
 def test_the_host_of_a_delivery(channel: str, url: str | None, email: str | None, host: str | None) -> None:
     delivery = Delivery(id=1, channel=channel, status="PENDING", recipient_id=1, created_at=NOW, url=url, email=email)

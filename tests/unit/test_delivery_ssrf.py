@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given
@@ -71,6 +72,9 @@ def test_private_ranges_never_pass(address: ssrf.IPAddress) -> None:
     ("https://example.com:99999/", "invalid"),
     ("https://exa mple.com/", "whitespace"),
     ("https://example.com/" + "a" * 2100, "longer"),
+    ("https://0x5db8d70e/", "dotted decimal"), ("https://0135.0270.0327.016/", "dotted decimal"),
+    ("https://93.184.55054/", "dotted decimal"), ("https://1572395790/", "dotted decimal"),
+    ("https://093.184.215.014/", "dotted decimal"),
 ])
 def test_bad_urls_are_refused_saying_why(url: str, words: str) -> None:
     with pytest.raises(ssrf.UrlRefused, match=words):
@@ -126,3 +130,10 @@ def test_networks_setting_names_the_bad_entry() -> None:
                                                               ipaddress.ip_network("::1/128"))
     with pytest.raises(ValueError, match="'nope'"):
         ssrf.parse_networks("10.0.0.0/8,nope")
+
+
+@pytest.mark.parametrize("spelling", ["93.184.215.14", "[::ffff:5db8:d70e]", "[::ffff:93.184.215.14]",
+                                      "93.184.215.14."])
+def test_the_spellings_of_one_address_are_one_host(spelling: str) -> None:
+    assert ssrf.host_key(urlsplit(f"https://{spelling}/").hostname or "") == "93.184.215.14"
+    assert ssrf.host_key("Bücher.Example.") == ssrf.host_key("xn--bcher-kva.example") == "xn--bcher-kva.example"
