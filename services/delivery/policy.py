@@ -65,6 +65,18 @@ Result = Answer | NoAnswer | Refused
 
 
 @dataclass(frozen=True, slots=True)
+class Postponed:
+    """Not tried after all: walfeed's own means were busy (the try's name lookup waited its whole deadline behind
+    other receivers' lookups, never started). Not the receiver's doing: tried again shortly, no attempt spent, nothing
+    recorded on the delivery or its webhook."""
+
+    reason: str
+
+
+POSTPONE_SECONDS: Final = 1.0  # how soon a postponed try comes back (through the retry queues' first hop)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     max_attempts: int
     base: float  # seconds: the first retry's delay (30 s); each next doubles

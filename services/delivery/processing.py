@@ -56,7 +56,7 @@ class Tried:
     raised (a bug)."""
 
     attempt: Attempt
-    result: policy.Result | None
+    result: policy.Result | policy.Postponed | None
     after: datetime  # the try's end: the backoff counts from there (a timeout may have taken a while)
     seconds: float
     raised: str | None = None
@@ -91,7 +91,7 @@ class Store(Protocol):
 
 
 class Sender(Protocol):
-    def send(self, delivery: Delivery, now: datetime) -> policy.Result: ...
+    def send(self, delivery: Delivery, now: datetime) -> policy.Result | policy.Postponed: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +202,9 @@ class Processor:
         raises (deciding or recording), the others' outcomes are recorded: none is sent again for another's fault."""
         decided = [self._decided(t) for t in tried]
         try:
-            self._store.record_many([record for record, _ in decided])
+            records = [record for record, _ in decided if record is not None]
+            if records:
+                self._store.record_many(records)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:  # sent, not recorded: sent again later
             return [self._unavailable(t.attempt.delivery.id, t.attempt.headers, t.after, exc) for t in tried]
         except Exception:  # a bug, maybe for one row: one at a time, so only that one is DEAD
@@ -216,6 +218,10 @@ class Processor:
             return outcomes
         for t, (record, _) in zip(tried, decided, strict=True):
             delivery = t.attempt.delivery
+            if record is None:
+                log.info("delivery postponed", extra={"delivery_id": delivery.id, "attempt": t.attempt.attempt,
+                                                      "reason": getattr(t.result, "reason", None)})
+                continue
             log.info("delivery attempted", extra={"delivery_id": delivery.id, "attempt": t.attempt.attempt,
                                                   "channel": delivery.channel, "status": record.status,
                                                   "code": record.code, "reason": record.error,
@@ -224,8 +230,9 @@ class Processor:
             metrics.attempted(delivery.channel, record.status, t.seconds, record.disable is not None)
         return [outcome for _, outcome in decided]
 
-    def _record_one(self, record: Record, outcome: Outcome, *_: object) -> Outcome:
-        self._store.record_many([record])
+    def _record_one(self, record: Record | None, outcome: Outcome, *_: object) -> Outcome:
+        if record is not None:
+            self._store.record_many([record])
         return outcome
 
     def _early(self, body: bytes, headers: Mapping[str, object] | None, now: datetime) -> Outcome | int:
@@ -312,7 +319,7 @@ class Processor:
                 DUE: _ms(now) + wait_ms, REASON: "rate limited"}))
         return Attempt(delivery, attempt, headers, now)
 
-    def _decided(self, tried: Tried) -> tuple[Record, Outcome]:
+    def _decided(self, tried: Tried) -> tuple[Record | None, Outcome]:
         """`_decide`, or DEAD with the exception's type when deciding raised (a bug, or an answer we failed to
         parse): that delivery is a dead letter with its reason, the batch's others are recorded as decided."""
         try:
@@ -322,11 +329,15 @@ class Processor:
                           extra={"delivery_id": tried.attempt.delivery.id})
             return _internal_error(tried, type(exc).__name__)
 
-    def _decide(self, tried: Tried) -> tuple[Record, Outcome]:
+    def _decide(self, tried: Tried) -> tuple[Record | None, Outcome]:
         attempt, result, after = tried.attempt.attempt, tried.result, tried.after
         delivery_id = tried.attempt.delivery.id
         if result is None:
             return _internal_error(tried, tried.raised)
+        if isinstance(result, policy.Postponed):  # this try again, soon: no record, no attempt spent
+            wait_ms = round(policy.POSTPONE_SECONDS * 1000)
+            return None, Hop(route.first_hop(wait_ms), copy_headers(tried.attempt.headers, **{
+                DUE: _ms(after) + wait_ms, REASON: result.reason}))
         decision = policy.decide(result, attempt, self._limits.retry, after, tried.attempt.delivery.failing_since,
                                  self._rand)
         answer = result if isinstance(result, policy.Answer) else None

@@ -21,7 +21,7 @@ import httpcore
 
 from services.core import signing, ssrf
 from services.delivery import payload
-from services.delivery.policy import EXCERPT_BYTES, Answer, NoAnswer, Refused, Result, excerpt
+from services.delivery.policy import EXCERPT_BYTES, Answer, NoAnswer, Postponed, Refused, Result, excerpt
 
 USER_AGENT: Final = "walfeed-webhooks/1"
 _DRAIN_BYTES: Final = 65_536  # a longer answer is not read to its end: its connection is closed instead
@@ -103,7 +103,12 @@ class _PinnedBackend(httpcore.SyncBackend):
 
 
 class _ResolveTimeout(Exception):
-    """The receiver's name did not resolve within what was left of the try's total time."""
+    """The receiver's name did not resolve within what was left of the try's total time; `queued`: its lookup had
+    not even started (the lookup threads were all busy with other names)."""
+
+    def __init__(self, queued: bool) -> None:
+        super().__init__()
+        self.queued = queued
 
 
 class WebhookSender:
@@ -128,7 +133,7 @@ class WebhookSender:
         self._pool.close()
         self._lookups.shutdown(wait=False, cancel_futures=True)
 
-    def send(self, delivery: payload.Delivery, now: datetime) -> Result:
+    def send(self, delivery: payload.Delivery, now: datetime) -> Result | Postponed:
         deadline = time.monotonic() + self._total
         try:
             target, addresses = ssrf.checked(delivery.url or "", self._policy,
@@ -141,7 +146,9 @@ class WebhookSender:
             return NoAnswer(NO_ANSWER, exc.detail)
         except (ssrf.UrlRefused, signing.InvalidSecret) as exc:
             return Refused(str(exc), getattr(exc, "detail", None))
-        except _ResolveTimeout:
+        except _ResolveTimeout as exc:
+            if exc.queued:  # the lookup never started: our threads were busy with other names, not this receiver
+                return Postponed("the sender's name lookups were busy")
             return NoAnswer(NO_ANSWER, "timeout resolving the host")
         headers.update({"Host": target.host_header, "Content-Type": "application/json", "User-Agent": USER_AGENT})
         url = httpcore.URL(scheme=target.scheme, host=target.host, port=target.port, target=target.target)
@@ -176,8 +183,8 @@ class WebhookSender:
             lookup.add_done_callback(functools.partial(self._finished, key))
         try:
             return lookup.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            raise _ResolveTimeout() from None  # its thread finishes on its own; the next try of the name shares it
+        except FutureTimeout:  # its thread finishes on its own; the next try of the name shares it
+            raise _ResolveTimeout(queued=not lookup.running() and not lookup.done()) from None
 
     def _finished(self, key: tuple[str, int], lookup: Future[list[ssrf.IPAddress]]) -> None:
         with self._running_lock:

@@ -66,10 +66,10 @@ class FakeStore:
 
 @dataclass
 class FakeSender:
-    results: list[policy.Result | Exception] = field(default_factory=list)
+    results: list[policy.Result | policy.Postponed | Exception] = field(default_factory=list)
     sent: list[int] = field(default_factory=list)
 
-    def send(self, delivery: Delivery, now: datetime) -> policy.Result:
+    def send(self, delivery: Delivery, now: datetime) -> policy.Result | policy.Postponed:
         self.sent.append(delivery.id)
         result = self.results.pop(0)
         if isinstance(result, Exception):
@@ -108,6 +108,21 @@ def test_a_retriable_failure_hops_with_the_next_attempt_and_its_due_time() -> No
     assert isinstance(due, int) and 0.8 * 60_000 <= due - NOW_MS <= 60_000
     assert outcome.headers[headers.ATTEMPT] == 3 and outcome.delay_ms == route.first_hop(due - NOW_MS)
     assert store.records[0][1] == policy.RETRYING and store.records[0][2]["attempts"] == 2
+
+
+def test_a_postponed_try_comes_back_soon_without_spending_an_attempt_or_touching_the_row() -> None:
+    store = FakeStore({1: _delivery(), 2: _delivery(2)})
+    sender = FakeSender([policy.Postponed("the sender's name lookups were busy"), policy.Answer(204)])
+    processor = _processor(store, sender)
+    attempts = [a for a in processor.admit([(_body(1), {headers.ATTEMPT: 2}), (_body(2), None)])
+                if isinstance(a, processing.Attempt)]
+    first, second = processor.conclude([processor.send(a) for a in attempts])
+    assert isinstance(first, outcomes.Hop) and second == outcomes.ACK
+    assert first.headers[headers.ATTEMPT] == 2 and first.headers[headers.DUE] == NOW_MS + 1000
+    assert [(delivery_id, status) for delivery_id, status, _ in store.records] == [(2, policy.DELIVERED)]
+    only_postponed = FakeStore({1: _delivery()})
+    outcome = _processor(only_postponed, FakeSender([policy.Postponed("busy")])).handle(_body(), None)
+    assert isinstance(outcome, outcomes.Hop) and only_postponed.record_calls == 0
 
 
 def test_the_last_attempt_is_a_dead_letter() -> None:

@@ -144,7 +144,7 @@ def silent() -> Iterator[tuple[list[ipaddress.IPv4Address], int]]:
 
 
 def _send_to_silent(silent: tuple[list[ipaddress.IPv4Address], int], connect_timeout: float,
-                    timeout: float) -> tuple[policy.Result, float]:
+                    timeout: float) -> tuple[policy.Result | policy.Postponed, float]:
     """One try to a name resolving to the silent addresses: its result and how long it took."""
     addresses, port = silent
     sender = WebhookSender(LOCAL, connect_timeout, timeout, 2, resolver=lambda host, port: addresses)
@@ -247,13 +247,38 @@ def test_a_name_whose_servers_never_answer_holds_one_lookup_thread_not_every_one
         sender.close()
 
 
+def test_a_try_whose_lookup_waited_behind_other_names_is_postponed_not_failed() -> None:
+    """With one lookup thread held by a name that never answers, another name's lookup never starts within its
+    try's deadline: that is walfeed's congestion, not the receiver's failure."""
+    release, entered = threading.Event(), threading.Event()
+
+    def resolver(host: str, port: int) -> list[ssrf.IPAddress]:
+        if host == "silent.example":
+            entered.set()
+            release.wait(30)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    sender = WebhookSender(LOCAL, 1.0, 1.0, 1, resolver=resolver)
+    hostile = threading.Thread(target=sender.send, args=(_delivery("http://silent.example/", "whsec_AAAA"),
+                                                         datetime.now(UTC)))
+    try:
+        hostile.start()
+        eventually(entered.is_set, timeout=5, what="the silent name's lookup holding the only thread")
+        queued = sender.send(_delivery("http://innocent.example/", "whsec_AAAA"), datetime.now(UTC))
+        assert queued == policy.Postponed("the sender's name lookups were busy")
+    finally:
+        release.set()
+        hostile.join(10)
+        sender.close()
+
+
 class _Raising:
     """The real sender, except that it raises (a bug) for one delivery."""
 
     def __init__(self, real: WebhookSender, broken: int) -> None:
         self._real, self._broken = real, broken
 
-    def send(self, delivery: Delivery, now: datetime) -> policy.Result:
+    def send(self, delivery: Delivery, now: datetime) -> policy.Result | policy.Postponed:
         if delivery.id == self._broken:
             raise ZeroDivisionError("a bug in an adapter")
         return self._real.send(delivery, now)
