@@ -181,7 +181,8 @@ _EDGE: Final = """), bound AS (
 # `{timelines}` is the parent, or the reader's own partition (home_above_floor), `{placed}` that partition's check.
 _HOME_ABOVE_FLOOR: Final = """
 WITH {stars}me AS MATERIALIZED (
-    SELECT timeline_floor AS floor, greatest(timeline_floor, %(after)s + 1) AS low, {placed} AS placed, {checks}
+    SELECT timeline_floor AS floor, greatest(timeline_floor, least(%(after)s, 9223372036854775806) + 1) AS low,
+           {placed} AS placed, {checks}
     FROM users WHERE id = %(user)s
 ), pushed AS MATERIALIZED (
     SELECT p.id, p.author_id, p.body, p.created_at FROM {timelines} t

@@ -125,3 +125,13 @@ def test_since_and_min_ranges_as_mastodon_clients_ask_them(client: httpx.Client,
     since, minimum = asyncio.run(_store_pages(database_url, world.reader.id, ids[4]))
     assert since == sorted(ids, reverse=True)[:5]
     assert minimum == ids[5:10]
+
+
+def test_a_newer_cursor_at_the_last_id_is_an_empty_page_not_an_overflow(client: httpx.Client,
+                                                                        signup: SignUp) -> None:
+    """No page lies above the largest id: a forged cursor there is an empty page, not `bigint out of range` (a 500),
+    through /v1 and Mastodon's min_id alike."""
+    me = signup("reader")
+    assert client.post("/v1/posts", json={"body": "x"}, headers=me.auth).status_code == 201
+    page = _page(client, me, limit=5, cursor=cursors.encode("home", cursors.MAX_ID, newer=True))
+    assert page["items"] == [] and page["next_cursor"] is None

@@ -135,6 +135,9 @@ def test_junk_ids_oversized_and_malformed_bodies_are_mastodon_errors(api: httpx.
         older_than_zero = api.get(path, params={"max_id": "0"}, headers=auth)  # nothing, as Mastodon answers
         assert older_than_zero.status_code == 200 and older_than_zero.json() == [], path
         assert "link" not in older_than_zero.headers, path
+    for position in ("min_id", "since_id"):  # above the largest id: nothing, not an overflow (a 500)
+        above_all = api.get("/api/v1/timelines/home", params={position: str(2**63 - 1)}, headers=auth)
+        assert above_all.status_code == 200 and above_all.json() == [], position
 
 
 _PATHS = ["/api/v1/apps", "/api/v1/instance", "/api/v1/instance/", "/api/v1/accounts/verify_credentials",
