@@ -38,7 +38,8 @@ def run_pass(conn: store.Conn, embedder: Embedder, *, settle: float, batch: int 
     keeps what was done."""
     model = embedder.model_id
     position, complete = store.ensure_model(conn, model)
-    if from_start:
+    if from_start:  # stored at once: stopped, the next pass resumes this one (the model stays complete if it was)
+        store.restart(conn, model)
         position = 0
     until = store.horizon(conn, settle)
     embedded, batches = 0, 0

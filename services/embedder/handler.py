@@ -87,8 +87,10 @@ class Embedding:
             return "nothing"
         try:
             with self._pool.connection() as conn:
-                written = self._embed(conn, work.embed)
+                # first, and whatever the model does: nothing else repairs a deleted post's vector (the backfill
+                # only adds missing ones), while a post the model fails on is the backfill's to embed
                 metrics.TOMBSTONED.inc(store.tombstone(conn, work.tombstone))
+                written = self._embed(conn, work.embed)
         except EmbedderUnavailable as exc:
             self.failed(exc.kind, exc.reason, len(work.embed))
             return "model-failed"

@@ -102,8 +102,10 @@ def run_backfill(settings: Settings, *, from_start: bool, batch_size: int | None
               + (", complete" if p.complete else ""), flush=True)
 
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        # the embedder process's check (handler.Model): vectors of another length than the model's rows are refused
+        model = Model(embedder, store.known_dimension(conn, embedder.model_id))
         try:
-            done = backfills.run_pass(conn, embedder, settle=embed.settle_seconds,
+            done = backfills.run_pass(conn, model, settle=embed.settle_seconds,
                                       batch=batch_size or embed.batch_size, from_start=from_start, progress=show)
         except EmbedderUnavailable as exc:
             print(f"walfeed embed backfill: the model failed ({exc.reason}); run it again to resume",

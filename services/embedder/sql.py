@@ -40,6 +40,9 @@ WHERE p.id > %(after)s AND p.id <= %(horizon)s AND p.deleted_at IS NULL
 ORDER BY p.id
 LIMIT %(batch)s
 """
+# A pass from the start (`--from-start`): the position goes back to 0 first, so that a pass that stops resumes
+# from where it got to, not from where the previous pass had got (ADVANCE only moves it forward).
+RESTART: Final = "UPDATE embedding_models SET position = 0, updated_at = now() WHERE model = %(model)s"
 ADVANCE: Final = """
 UPDATE embedding_models SET position = greatest(position, %(position)s), updated_at = now(),
     complete_at = CASE WHEN %(complete)s THEN coalesce(complete_at, now()) ELSE complete_at END

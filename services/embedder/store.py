@@ -54,6 +54,10 @@ def missing(conn: Conn, model: str, after: int, until: int, batch: int) -> list[
     return [(int(i), str(b)) for i, b in rows]
 
 
+def restart(conn: Conn, model: str) -> None:
+    conn.execute(sql.RESTART, {"model": model})
+
+
 def advance(conn: Conn, model: str, position: int, complete: bool) -> None:
     conn.execute(sql.ADVANCE, {"model": model, "position": position, "complete": complete})
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 import functools
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+import numpy
 import pika
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from services.core import events as ev
+from services.core.embedding.protocol import CONNECTION, EmbedderUnavailable, Vectors
 from services.core.topology import Topology
+from services.embedder import store
+from services.embedder.handler import Embedding, Model
 from services.embedder.route import EmbedderQueue
 from testkit import metrics
 from testkit.embedding_server import EmbeddingServer
@@ -179,3 +185,34 @@ def test_the_queue_keeps_the_newest_messages_when_full_and_never_refuses_the_rel
     finally:
         conn.close()
     assert kept == [3, 4, 5]
+
+
+class _Down:
+    """A model that fails every call, as a server that is down does."""
+
+    model_id = f"ollama:{MODEL}"
+
+    def dimension(self) -> int:
+        return 8
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        raise EmbedderUnavailable("connection refused", CONNECTION)
+
+
+def test_a_batch_whose_model_fails_still_tombstones_its_deleted_posts(database_url: str) -> None:
+    """Nothing else repairs a deleted post's vector (the backfill only adds missing ones): the batch's tombstones
+    are written whatever the model does with its new posts, which the backfill embeds later."""
+    kept, deleted, new = _posts(database_url, ["kept", "deleted", "new"])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        store.insert_vectors(conn, f"ollama:{MODEL}", [kept, deleted], numpy.eye(2, 8, dtype=numpy.float32))
+        # the race the post.deleted event is for: a vector written by a transaction that read the post live just
+        # before the delete committed, so the delete's trigger had no row to tombstone yet
+        conn.execute("ALTER TABLE posts DISABLE TRIGGER USER")
+        conn.execute("UPDATE posts SET deleted_at = now() WHERE id = %s", (deleted,))
+        conn.execute("ALTER TABLE posts ENABLE TRIGGER USER")
+    events = [ev.Event.new(ev.POST_CREATED, new, {"post_id": new, "author_id": 1}),
+              ev.Event.new(ev.POST_DELETED, deleted, {"post_id": deleted, "author_id": 1})]
+    pool: ConnectionPool[Any] = ConnectionPool(database_url, min_size=1, max_size=1, kwargs={"autocommit": True})
+    with pool:
+        assert Embedding(pool, Model(_Down())).apply(events) == "model-failed"
+    assert _vectors(database_url) == {kept: 8}

@@ -4,6 +4,7 @@ model only then; `walfeed embed backfill` prints its progress."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -11,6 +12,7 @@ import pytest
 
 from services.cli.status import embedding_status
 from services.core.embedding.local import LocalEmbedder
+from services.core.embedding.protocol import CONNECTION, EmbedderUnavailable, Vectors
 from services.core.settings import Settings
 from services.embedder import backfill
 from testkit.embedding_server import EmbeddingServer
@@ -117,3 +119,53 @@ def test_a_new_model_is_backfilled_under_its_own_name_beside_the_old_one(
         models = conn.execute("SELECT model, complete_at IS NOT NULL FROM embedding_models ORDER BY 1").fetchall()
     assert rows == [(embedder.model_id, 384, len(ids)), ("ollama:next-model", 8, len(ids))]
     assert models == [(embedder.model_id, True), ("ollama:next-model", True)]
+
+
+def test_walfeed_embed_backfill_refuses_vectors_of_another_length_than_the_models_rows(
+        database_url: str, author: tuple[int, str], processes: Processes) -> None:
+    """As the embedder process does (handler.Model): a server answering another length under the same model name
+    is a failure, not rows of two lengths under one model (which the api's index would skip for ever)."""
+    ids = _posts(database_url, author[0], ["one", "two", "three"])
+    with EmbeddingServer().running() as server:
+        env = {"WALFEED_EMBEDDER": "ollama", "WALFEED_EMBEDDER_URL": server.url, "WALFEED_EMBEDDER_MODEL": "m",
+               "WALFEED_EMBED_SETTLE_SECONDS": "0"}
+        first = processes.start("first", "embed", "backfill", "--batch-size", "1", env=env)
+        assert first.wait(timeout=120) == 0, first.log()
+        more = _posts(database_url, author[0], ["four"])
+        server.dimension = 7
+        second = processes.start("second", "embed", "backfill", "--from-start", env=env)
+        assert second.wait(timeout=120) == 1 and "dimensions" in second.log(), second.log()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT dimension, count(*) FROM post_embeddings GROUP BY 1").fetchall()
+    assert rows == [(8, len(ids))] and more
+
+
+class _FailsAfter:
+    """The real model for `batches` calls, then a failing one (a server gone in the middle of a pass)."""
+
+    def __init__(self, real: LocalEmbedder, batches: int) -> None:
+        self._real, self._left = real, batches
+        self.model_id = real.model_id
+
+    def dimension(self) -> int:
+        return self._real.dimension()
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if self._left == 0:
+            raise EmbedderUnavailable("connection refused", CONNECTION)
+        self._left -= 1
+        return self._real.embed(texts)
+
+
+def test_a_pass_from_the_start_that_stops_is_resumed_where_it_stopped(database_url: str, author: tuple[int, str],
+                                                                       embedder: LocalEmbedder) -> None:
+    """`--from-start` after the vectors were lost (a restore): stopped half way, the next pass goes on from there,
+    not from where the complete pass before it had got (every post after the stop would have stayed without)."""
+    ids = _posts(database_url, author[0], [f"post number {i}" for i in range(6)])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        backfill.run_pass(conn, embedder, settle=0)
+        conn.execute("DELETE FROM post_embeddings")
+        with pytest.raises(EmbedderUnavailable):
+            backfill.run_pass(conn, _FailsAfter(embedder, 1), settle=0, batch=2, from_start=True)
+        backfill.run_pass(conn, embedder, settle=0, batch=2)
+    assert _embedded(database_url) == set(ids)
