@@ -70,3 +70,8 @@ def wanted(token: int | None, remembered: int | None) -> int | None:
     """The position a read must see: the later of the client's token and this process's memory, if any."""
     known = [lsn for lsn in (token, remembered) if lsn is not None]
     return max(known) if known else None
+
+
+class NotReplayed(Exception):
+    """Raised by a read's work on a replica: a row the read must find (the caller's own account, just
+    authenticated on the primary) is not there yet. replica.Replica.run reads it on the primary instead."""

@@ -113,6 +113,8 @@ class Replica:
                 raise  # the statement timeout: the same 503 as on the primary (deps.database_errors)
             except psycopg.errors.SerializationFailure:
                 reason = "recovery-conflict"  # replay removed rows this read needed: the primary has them
+            except readafter.NotReplayed:
+                reason = "not-replayed"  # a row the read must find is on the primary only, so far
             except (PoolTimeout, psycopg.OperationalError) as exc:
                 self.mark_down(exc)
                 reason = "replica-error"

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
-from services.api import paging, partitions, sql
+from services.api import paging, partitions, readafter, sql
 from services.core import events, feed, mailtokens
 from services.core.events import Event
 
@@ -257,8 +257,11 @@ async def mark_read(conn: Conn, user: int, up_to: int) -> int:
 
 
 async def get_me(conn: Conn, user: int) -> Row:
+    """The caller's account. Raises readafter.NotReplayed when it is not there: the caller was just authenticated on
+    the primary, so only a replica that has not replayed their sign-up lacks it."""
     row = await _one(conn, sql.GET_ME, {"id": user})
-    assert row is not None  # the caller was just authenticated
+    if row is None:
+        raise readafter.NotReplayed(f"user {user}")
     return row
 
 

@@ -223,3 +223,15 @@ def test_the_walfeed_api_process_with_two_workers_reads_the_replica_from_its_set
         assert api.stop(signal.SIGTERM, timeout=30) == 0, api.log()
     finally:
         processes.kill_all()
+
+
+def test_an_account_the_replica_has_not_replayed_yet_is_read_on_the_primary(replicated: Replicated) -> None:
+    """Signed up on one process and read on another (here: a process that remembers no writes), the caller's own
+    account is not on a replica that lags: that read goes to the primary, not to a 500."""
+    with _api(replicated, read_after_memory=0.0) as url, httpx.Client(base_url=url, timeout=10) as api:
+        with replay_paused(replicated.standby):
+            made = api.post("/v1/users", json={"handle": "dave"})
+            assert made.status_code == 201, made.text
+            me = api.get("/v1/users/me", headers={"Authorization": f"Bearer {made.json()['token']}"})
+            assert me.status_code == 200 and me.json()["handle"] == "dave", me.text
+        assert _reads(api).get(("primary", "not-replayed"), 0) == 1
