@@ -109,6 +109,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = allowed_methods(request, headers.get("Allow", ""))
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
+        return problem_response(400, "the request body is not valid JSON: it is not UTF-8", "malformed-json")
     return problem_response(exc.status_code, detail, headers=headers)
 
 

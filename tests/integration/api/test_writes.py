@@ -123,6 +123,15 @@ def test_errors_are_problem_documents(client: httpx.Client, signup: SignUp, meth
     assert doc["status"] == status and doc["type"].startswith("https://") and doc["title"] and doc["detail"]
 
 
+@pytest.mark.parametrize("body", [b'{"body": "\xff"}', b'{"body": "x"', b"\xfe\xff"])
+def test_a_body_that_is_not_json_is_malformed_json_whatever_breaks_it(client: httpx.Client, signup: SignUp,
+                                                                      body: bytes) -> None:
+    """Not UTF-8 is not JSON either (RFC 8259 8.1): the same problem type as a syntax error, which clients match."""
+    alice = signup("alice")
+    reply = client.post("/v1/posts", content=body, headers={**alice.auth, "content-type": "application/json"})
+    assert reply.status_code == 400 and reply.json()["type"].endswith("/malformed-json"), reply.text
+
+
 def test_chunked_body_over_the_limit_is_413(client: httpx.Client, signup: SignUp) -> None:
     alice = signup("alice")
 
