@@ -96,8 +96,10 @@ class Page(BaseModel):
 class HomePage(Page):
     next_cursor: str | None = Field(description="the page of older posts; null when there are none")
     prev_cursor: str | None = Field(
-        description="the page of newer posts, the ones just above this page's newest (posts that arrive later "
-                    "show up there); null only on an empty page that was not itself asked for newer posts")
+        description="the page of newer posts, the ones just above this page's newest id (posts that arrive later "
+                    "with a newer id show up there; docs/api.md: one whose fan-out ran after a newer post was shown "
+                    "is on the first page, read again); null only on an empty page that was not itself asked for "
+                    "newer posts")
 
 
 class ReplicaStatus(BaseModel):
