@@ -23,8 +23,8 @@ QUERY_TIMEOUT: Final = Float(
 INDEX_DIR: Final = OptionalStr(
     "WALFEED_SEARCH_INDEX_DIR",
     "a directory (writable by the api) for saved copies of each process's search index, "
-    "`{model}.{position}.usearch`: a start loads the newest and polls from its position instead of rebuilding from "
-    "Postgres (ADR 0121); unset: every start rebuilds", allowed="an existing directory")
+    "`{model}.{database}.{position}.usearch`: a start loads the newest of its database and polls from its position "
+    "instead of rebuilding from Postgres (ADR 0121); unset: every start rebuilds", allowed="an existing directory")
 SAVE_INTERVAL: Final = Float(
     "WALFEED_SEARCH_INDEX_SAVE_INTERVAL", 300.0,
     "seconds between two saved copies; a process does not save when another one of the machine saved a copy within "

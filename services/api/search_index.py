@@ -41,6 +41,7 @@ class SearchIndex:
         self.index: VectorIndex | None = None  # None until the first build is done
         self.complete = False
         self._high = 0  # the poll window's lower end: every writing transaction below it has been read
+        self._database: str | None = None  # which database the saved copies are of (index_files.py)
         self._failing = False
         self._vectors = Gauge("walfeed_api_search_index_vectors", "Post vectors in this api process's index",
                               registry=registry, multiprocess_mode="min")
@@ -65,6 +66,11 @@ class SearchIndex:
                     self._no_dimension = True  # until the embedder says it (a remote one asks its server)
                     self.dimension = await asyncio.to_thread(self._dimension)
                     self._no_dimension = False
+                if self._directory is not None and self._database is None:
+                    async with pool.connection() as conn:
+                        row = await (await conn.execute(search_sql.DATABASE)).fetchone()
+                    assert row is not None
+                    self._database = str(row["database"])
                 if self.index is None and not await asyncio.to_thread(self._load):
                     await self._build(url)
                 await self._poll(pool)
@@ -85,10 +91,10 @@ class SearchIndex:
 
     def _load(self) -> bool:
         """The newest saved copy of the model's index, if any can be read: its position is where polls resume."""
-        if self._directory is None:
+        if self._directory is None or self._database is None:
             return False
         try:
-            found = index_files.saved(self.model, os.listdir(self._directory))
+            found = index_files.saved(self.model, self._database, os.listdir(self._directory))
         except OSError as exc:
             log.warning("search index directory unreadable; building", extra={"error": str(exc)})
             return False
@@ -110,22 +116,22 @@ class SearchIndex:
     def _save(self) -> None:
         """A copy of the index at the current poll position, every `save_every` seconds (and after a build) unless
         another process of the machine saved one that recently; older copies deleted."""
-        assert self._directory is not None and self.index is not None
+        assert self._directory is not None and self._database is not None and self.index is not None
         now = time.monotonic()
         if self._saved_at is not None and now - self._saved_at < self._save_every:
             return
         self._saved_at = now
         try:
             names = os.listdir(self._directory)
-            newest = index_files.saved(self.model, names)
+            newest = index_files.saved(self.model, self._database, names)
             if newest and time.time() - os.path.getmtime(os.path.join(self._directory, newest[0].name)) < \
                     self._save_every and newest[0].xmin >= self._high:
                 return
-            final = os.path.join(self._directory, index_files.name(self.model, self._high))
+            final = os.path.join(self._directory, index_files.name(self.model, self._database, self._high))
             temporary = f"{final}.{os.getpid()}.tmp"
             self.index.save(temporary)
             os.replace(temporary, final)
-            for old in index_files.stale(self.model, os.listdir(self._directory)):
+            for old in index_files.stale(self.model, self._database, os.listdir(self._directory)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self._directory, old))
         except OSError as exc:

@@ -31,6 +31,9 @@ WHERE p.id = ANY(%(ids)s::bigint[]) AND p.deleted_at IS NULL""" + _FILTERS
 # The index's build: in one REPEATABLE READ transaction, its snapshot's xmin (the first poll window's lower end),
 # then every vector of the model in that snapshot.
 SNAPSHOT_XMIN: Final = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin"
+# Which database an index's saved copy belongs to (index_files.py): the cluster and the database within it.
+DATABASE: Final = ("SELECT system_identifier::text || '-' || (SELECT oid FROM pg_database "
+                   "WHERE datname = current_database())::text AS database FROM pg_control_system()")
 ALL_VECTORS: Final = """
 SELECT post_id, dimension, vector FROM post_embeddings WHERE model = %(model)s AND vector IS NOT NULL
 """

@@ -97,8 +97,21 @@ def test_stored_vectors_round_trip_and_a_wrong_length_is_refused() -> None:
 
 
 def test_saved_index_files_are_found_newest_first_and_the_older_ones_pruned() -> None:
-    names = [index_files.name("ollama:nomic/v1.5", x) for x in (10, 30, 20)] + [
-        "ollama_nomic_v1.5.abc.usearch", "other.40.usearch", "ollama_nomic_v1.5.50.usearch.123.tmp"]
-    assert index_files.name("ollama:nomic/v1.5", 7) == "ollama_nomic_v1.5.7.usearch"
-    assert [s.xmin for s in index_files.saved("ollama:nomic/v1.5", names)] == [30, 20, 10]
-    assert index_files.stale("ollama:nomic/v1.5", names) == ["ollama_nomic_v1.5.10.usearch"]
+    model, db = "ollama:nomic/v1.5", "7300000000000000001-16384"
+    names = [index_files.name(model, db, x) for x in (10, 30, 20)] + [
+        index_files.stem(model, db) + ".abc.usearch", "other.40.usearch", index_files.name(model, db, 50) + ".123.tmp"]
+    assert index_files.name(model, db, 7).startswith("ollama_nomic_v1.5-") and \
+        index_files.name(model, db, 7).endswith(".7300000000000000001-16384.7.usearch")
+    assert [s.xmin for s in index_files.saved(model, db, names)] == [30, 20, 10]
+    assert index_files.stale(model, db, names) == [index_files.name(model, db, 10)]
+
+
+def test_a_saved_index_belongs_to_one_model_and_one_database() -> None:
+    """A database made again (another oid) or restored into another cluster (another system identifier) never loads
+    the files of the one before; nor does a model whose id differs only in characters a file name cannot hold."""
+    model, db = "ollama:a/b", "7300000000000000001-16384"
+    names = [index_files.name(model, db, 99)]
+    assert index_files.saved(model, "7300000000000000001-24576", names) == []
+    assert index_files.saved(model, "7399999999999999999-16384", names) == []
+    assert index_files.saved("ollama:a_b", db, names) == []
+    assert index_files.stale(model, "7300000000000000001-24576", names * 3) == []  # another's files are left

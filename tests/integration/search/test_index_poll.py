@@ -108,7 +108,7 @@ async def _saved(database_url: str, directory: str) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         saved = os.listdir(directory)
-        assert len(saved) == 1 and saved[0].startswith(f"{MODEL}.") and saved[0].endswith(".usearch")
+        assert len(saved) == 1 and saved[0].startswith(f"{MODEL}-") and saved[0].endswith(".usearch")
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute("DELETE FROM post_embeddings")  # a load must not read the table: it is empty now...
             later = _post(conn, "later")
@@ -122,6 +122,48 @@ async def _saved(database_url: str, directory: str) -> None:
             await asyncio.sleep(0.05)  # polled until the poll has run
         assert loaded.index is not None and {p for p, _ in loaded.index.search(
             np.full(4, 0.5, dtype=np.float32), 10)} == {first, later}
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await pool.close()
+
+
+def test_a_saved_index_of_another_database_is_not_loaded(database_url: str, tmp_path: Path) -> None:
+    asyncio.run(_of_another_database(database_url, str(tmp_path)))
+
+
+async def _of_another_database(database_url: str, directory: str) -> None:
+    """The file of a database made again or restored elsewhere (here: the same file under another database's name)
+    holds that database's vectors and a position of its transaction counter: the index is built instead."""
+    pool = await _opened(database_url)
+    _seed(database_url)
+    try:
+        builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
+        task = asyncio.create_task(builder.run(database_url, pool, 0.05))
+        for _ in range(200):
+            if os.listdir(directory):
+                break
+            await asyncio.sleep(0.05)  # polled until the file is there
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (saved,) = os.listdir(directory)
+        model, _database, xmin, suffix = saved.split(".")
+        os.rename(os.path.join(directory, saved), os.path.join(directory, f"{model}.1-1.{xmin}.{suffix}"))
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM post_embeddings")  # this database's vectors now: none but `only`
+            only = _post(conn, "only")
+            conn.execute("INSERT INTO post_embeddings (post_id, model, dimension, vector) VALUES (%s, %s, 4, %s)",
+                         (only, MODEL, _vector(2)))
+        fresh = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
+        task = asyncio.create_task(fresh.run(database_url, pool, 0.05))
+        for _ in range(200):
+            if fresh.index is not None:
+                break
+            await asyncio.sleep(0.05)  # polled until built
+        assert fresh.index is not None and [p for p, _ in fresh.index.search(
+            np.full(4, 0.5, dtype=np.float32), 10)] == [only]
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
