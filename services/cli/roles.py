@@ -100,7 +100,8 @@ class RoleSettings:
         env = Env(environ)
         management = MANAGEMENT_URL.read(env)
         if management is not None and not management.startswith(("http://", "https://")):
-            raise SettingsError(f"{MANAGEMENT_URL.name}={management!r} is invalid: expected http(s)://")
+            raise SettingsError(f"{MANAGEMENT_URL.name} is invalid: expected http(s)://user:password@host:port "
+                                "(its value is not repeated here: it holds the broker administrator's password)")
         return cls(
             roles=Roles(ROLE_PREFIX.read(env)),
             db_passwords={p: secret.read(env) for p, secret in DB_PASSWORDS.items()},

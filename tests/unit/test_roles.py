@@ -46,6 +46,13 @@ def test_an_invalid_value_names_its_variable_and_never_shows_a_password(var: str
     assert "PASSWORD" not in var or value.strip() not in str(error.value)
 
 
+@pytest.mark.parametrize("url", ["admin:S3cretS3cret@mq:15672", "HTTPS://admin:S3cretS3cret@mq"])
+def test_an_invalid_management_url_is_named_without_its_password(url: str) -> None:
+    with pytest.raises(SettingsError, match="WALFEED_RABBITMQ_MANAGEMENT_URL") as error:
+        RoleSettings.from_env({**PASSWORDS, "WALFEED_RABBITMQ_MANAGEMENT_URL": url})
+    assert "S3cret" not in str(error.value)
+
+
 def test_bootstrap_roles_without_passwords_stops_naming_the_variable(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     for var in password_variables():
@@ -165,3 +172,4 @@ def test_the_management_api_client_sends_users_and_permissions_without_leaking_c
         ("PUT", "/api/permissions/%2F/wf_worker", auth, {"configure": "^c$", "write": "^w$", "read": "^r$"}),
         ("DELETE", "/api/users/wf_gone", auth, None),
     ]
+
