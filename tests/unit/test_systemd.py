@@ -206,3 +206,13 @@ def test_the_example_environment_files_hold_no_secret() -> None:
         text = env.read_text()
         assert not re.search(r"://[^/@\s]*:[^@\s]*@", text) and "PASSWORD" not in text, env.name
         assert "WALFEED_DATABASE_URL" not in text and "WALFEED_SMTP_URL=" not in text, env.name
+
+
+def test_every_unit_the_install_steps_start_has_a_metrics_port_of_its_own() -> None:
+    """The workers' instances (their metrics ports) in the README's steps and the target, and the ports the other
+    units' environment files set: one process per port, or one of them runs without /metrics."""
+    steps = (SYSTEMD / "README.md").read_text() + (SYSTEMD / "walfeed.target").read_text()
+    ports = [int(p) for p in sorted(set(re.findall(r"walfeed-worker@(\d+)", steps)))]
+    for env in sorted((SYSTEMD / "env").glob("*.env")):
+        ports += [int(m) for m in re.findall(r"^WALFEED_\w+_METRICS_PORT=(\d+)$", env.read_text(), re.MULTILINE)]
+    assert len(ports) == len(set(ports)) and len(ports) >= 6, sorted(ports)
