@@ -44,6 +44,7 @@ def apply_schema(url: str, role: str | None = None) -> list[str]:
     with psycopg.connect(url) as conn:
         if role is not None:
             conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+        conn.execute(_LOCK)  # before the table too: two first runs at once would both create it
         conn.execute(_MIGRATIONS_TABLE)
         conn.commit()
         for path in migration_files():
