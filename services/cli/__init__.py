@@ -92,6 +92,8 @@ def _rebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
     from services.cli import rebuild
 
     try:
@@ -100,6 +102,9 @@ def _run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     except rebuild.RebuildError as exc:
         print(f"walfeed rebuild: {exc}", file=sys.stderr)
         return 2
+    except psycopg.Error as exc:  # unreachable, refused, or deadlocked past its retries: nothing half-done is kept
+        print(f"walfeed rebuild: the database failed: {str(exc).strip()[:500]}", file=sys.stderr)
+        return 1
 # --- end walfeed rebuild ---
 
 
