@@ -45,6 +45,9 @@ SELECT n.nspname, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhr
 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass('timelines')
 """
 GRANT_READ: Final = sql.SQL("GRANT SELECT ON {} TO {}")
+MEMBER_OF: Final = ("SELECT r.rolname FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid "
+                    "WHERE m.member = (SELECT oid FROM pg_roles WHERE rolname = %s) ORDER BY 1")
+REVOKE_MEMBERSHIP: Final = sql.SQL("REVOKE {} FROM {}")
 
 
 def ensure_roles(admin_url: str, roles: Roles, passwords: Mapping[str, str]) -> list[str]:
@@ -66,6 +69,10 @@ def ensure_roles(admin_url: str, roles: Roles, passwords: Mapping[str, str]) -> 
             conn.execute(ALTER_LOGIN.format(sql.Identifier(role), replication,
                                             sql.Literal(_verifier(conn, role, passwords[process]))))
             conn.execute(SET_TIMEOUT.format(sql.Identifier(role), sql.Literal(STATEMENT_TIMEOUTS[process])))
+            # a login role is a member of no role: one granted by hand (the owner, pg_read_all_data...) is taken back
+            for (granted,) in conn.execute(MEMBER_OF, (role,)).fetchall():
+                conn.execute(REVOKE_MEMBERSHIP.format(sql.Identifier(granted), sql.Identifier(role)))
+                log.warning("revoked a role membership granted by hand", extra={"role": role, "member_of": granted})
     for role in created:
         log.info("created role", extra={"role": role})
     return created

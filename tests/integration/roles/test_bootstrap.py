@@ -28,6 +28,8 @@ def test_bootstrap_twice_at_once_converges_and_revokes_what_was_added_by_hand(
         api = sql.Identifier(role_settings.roles.login("api"))
         conn.execute(sql.SQL("GRANT DELETE ON timelines TO {}").format(api))
         conn.execute(sql.SQL("ALTER ROLE {} CREATEDB").format(api))
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role_settings.roles.owner), api))
+        conn.execute(sql.SQL("GRANT pg_read_all_data TO {}").format(api))
 
     with ThreadPoolExecutor(2) as pool:
         for done in [pool.submit(bootstrap.bootstrap, settings, role_settings, slot=False) for _ in range(2)]:
@@ -38,6 +40,9 @@ def test_bootstrap_twice_at_once_converges_and_revokes_what_was_added_by_hand(
         row = conn.execute("SELECT rolcreatedb FROM pg_roles WHERE rolname = %s",
                            (role_settings.roles.login("api"),)).fetchone()
     assert row == (False,)
+    with psycopg.connect(database_url, autocommit=True) as conn:  # no membership left: no SET ROLE owner
+        assert conn.execute("SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member "
+                            "WHERE r.rolname = %s", (role_settings.roles.login("api"),)).fetchone() == (0,)
     with psycopg.connect(role_env("api")["WALFEED_DATABASE_URL"], autocommit=True) as conn, \
             pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("DELETE FROM timelines")
