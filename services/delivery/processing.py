@@ -156,7 +156,7 @@ class Processor:
                 for index, delivery_id in wanted.items():
                     admitted[index] = self._guarded(delivery_id, messages[index][1], now, lambda d, h, t: (
                         self._admit(d, h, t, loaded, waits)))
-        return self._within_host_budgets([a if a is not None else REQUEUE for a in admitted], now)
+        return self._within_host_budgets(_once([a if a is not None else REQUEUE for a in admitted]), now)
 
     def _within_host_budgets(self, admitted: list[Outcome | Attempt], now: datetime) -> list[Outcome | Attempt]:
         """The tries over their host's budget (budget.py) wait for its next window, no attempt spent."""
@@ -352,6 +352,20 @@ class Processor:
         return record, Hop(route.first_hop(delay_ms), copy_headers(tried.attempt.headers, **{
             ATTEMPT: attempt + 1, DUE: _ms(after) + delay_ms,
             REASON: decision.reason or ""}))
+
+
+def _once(admitted: list[Outcome | Attempt]) -> list[Outcome | Attempt]:
+    """One try per delivery in a batch: a second message for a delivery already tried in it (an event published
+    again by the relay, both copies taken together) is acked unsent, its row is the first's to record."""
+    seen: set[int] = set()
+    for index, item in enumerate(admitted):
+        if isinstance(item, Attempt):
+            if item.delivery.id in seen:
+                log.info("a second message for a delivery in the batch, not sent", extra={
+                    "delivery_id": item.delivery.id})
+                admitted[index] = ACK
+            seen.add(item.delivery.id)
+    return admitted
 
 
 def _internal_error(tried: Tried, raised: str | None) -> tuple[Record, Dead]:

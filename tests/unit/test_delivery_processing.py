@@ -125,6 +125,16 @@ def test_a_postponed_try_comes_back_soon_without_spending_an_attempt_or_touching
     assert isinstance(outcome, outcomes.Hop) and only_postponed.record_calls == 0
 
 
+def test_two_messages_of_one_delivery_in_a_batch_make_one_try() -> None:
+    """An event the relay published again, both copies taken in one batch: one try, the other copy acked unsent."""
+    store, sender = FakeStore({1: _delivery()}), FakeSender([policy.Answer(204)])
+    processor = _processor(store, sender)
+    admitted = processor.admit([(_body(1), None), (_body(1), None)])
+    assert isinstance(admitted[0], processing.Attempt) and admitted[1] == outcomes.ACK
+    assert processor.conclude([processor.send(admitted[0])]) == [outcomes.ACK]
+    assert sender.sent == [1] and len(store.records) == 1
+
+
 def test_the_last_attempt_is_a_dead_letter() -> None:
     store, sender = FakeStore({1: _delivery()}), FakeSender([policy.NoAnswer("timeout")])
     outcome = _processor(store, sender).handle(_body(), {headers.ATTEMPT: 3})
