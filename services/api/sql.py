@@ -318,10 +318,15 @@ GET_ME: Final = """
 SELECT id, handle, email, email_kinds, email_verified_at IS NOT NULL AS email_verified FROM users WHERE id = %(id)s
 """
 # A new address is unverified, and its verification mail (an email delivery without a notification, and its
-# delivery.email event) is queued in the same statement; the same address again changes nothing (docs/adr/0106).
+# delivery.email event) is queued in the same statement; the same address again changes nothing, except that an
+# address not verified yet whose code is no longer on its way (its mail sent or dead: the code may have expired) is
+# mailed a new code (docs/adr/0106; deliveries_verification_idx).
 UPDATE_ME: Final = """
 WITH old AS (
-    SELECT email FROM users WHERE id = %(id)s FOR NO KEY UPDATE
+    SELECT email, email_verified_at IS NULL AND NOT EXISTS (
+               SELECT 1 FROM deliveries x WHERE x.recipient_id = %(id)s AND x.notification_id IS NULL
+                 AND x.channel = 'email' AND x.status IN ('PENDING', 'RETRYING')) AS recode
+    FROM users WHERE id = %(id)s FOR NO KEY UPDATE
 ), u AS (
     UPDATE users u
     SET email = CASE WHEN %(set_email)s THEN %(email)s ELSE u.email END,
@@ -330,7 +335,8 @@ WITH old AS (
                                  ELSE u.email_verified_at END
     FROM old WHERE u.id = %(id)s
     RETURNING u.id, u.handle, u.email, u.email_kinds, u.email_verified_at IS NOT NULL AS email_verified,
-              %(set_email)s AND %(email)s::text IS NOT NULL AND %(email)s::text IS DISTINCT FROM old.email AS changed
+              %(set_email)s AND %(email)s::text IS NOT NULL
+                  AND (%(email)s::text IS DISTINCT FROM old.email OR old.recode) AS changed
 ), d AS (
     INSERT INTO deliveries (channel, recipient_id) SELECT 'email', id FROM u WHERE changed RETURNING id
 ), o AS (

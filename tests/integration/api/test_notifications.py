@@ -163,6 +163,25 @@ def test_a_new_address_is_unverified_until_the_mailed_code_comes_back(
     assert again.status_code == 400  # the old address's code verifies nothing now
 
 
+def test_the_same_unverified_address_set_again_gets_a_new_code_once_none_is_on_its_way(
+        client: httpx.Client, signup: SignUp, db: Db) -> None:
+    """The code expired, or its mail failed: setting the address again (what the 400 of a wrong code tells) mails a
+    new one; while one is on its way, it does not (a stranger's box is not mailed twice for one setting)."""
+    alice = signup("alice")
+    client.patch("/v1/users/me", json={"email": "alice@example.com"}, headers=alice.auth)
+    client.patch("/v1/users/me", json={"email": "alice@example.com"}, headers=alice.auth)
+    assert _verification_mails(db, alice.id) == ["PENDING"]
+    db.execute("UPDATE deliveries SET status = 'DEAD' WHERE recipient_id = %s AND notification_id IS NULL",
+               (alice.id,))
+    reply = client.patch("/v1/users/me", json={"email": "alice@example.com"}, headers=alice.auth)
+    assert reply.status_code == 200 and reply.json()["email_verified"] is False
+    assert _verification_mails(db, alice.id) == ["DEAD", "PENDING"]
+    code = mailtokens.verification_code(_key(db), alice.id, "alice@example.com", time.time())
+    assert client.post("/v1/users/me/email/verify", json={"code": code}, headers=alice.auth).status_code == 200
+    client.patch("/v1/users/me", json={"email": "alice@example.com"}, headers=alice.auth)
+    assert _verification_mails(db, alice.id) == ["DEAD", "PENDING"]  # verified: nothing more
+
+
 def test_one_click_unsubscribe_stops_that_kind_for_that_address_without_a_bearer(
         client: httpx.Client, signup: SignUp, db: Db) -> None:
     alice = signup("alice")
