@@ -3,9 +3,27 @@ changes data already there (tests/integration/test_migrate_*.py)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import psycopg
+from psycopg import sql
 
 from services.core.migrate import migration_files
+from testkit.infra import Infra
+from testkit.resources import drop_database, unique
+
+
+@contextlib.contextmanager
+def empty_database(infra: Infra) -> Iterator[str]:
+    """A database of the test's own with nothing in it (no schema, no migration), dropped afterwards."""
+    name = unique("walfeed_m")
+    with psycopg.connect(infra.pg_admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield infra.db_url(name)
+    finally:
+        drop_database(infra, name)
 
 
 def before(url: str, migration: str) -> None:

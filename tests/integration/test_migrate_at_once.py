@@ -8,24 +8,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from services.core.migrate import apply_schema, migration_files
 from testkit.infra import Infra
-from testkit.resources import drop_database, unique
+from tests.integration import migrated
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def empty(infra: Infra) -> Iterator[str]:
-    name = unique("walfeed_m")
-    with psycopg.connect(infra.pg_admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield infra.db_url(name)
-    finally:
-        drop_database(infra, name)
+    with migrated.empty_database(infra) as url:
+        yield url
 
 
 @pytest.mark.parametrize("run", range(3))

@@ -8,12 +8,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from services.api import sql as api_sql
 from services.core.migrate import apply_schema, migration_files
 from testkit.infra import Infra
-from testkit.resources import drop_database, unique
 from tests.integration import migrated
 
 pytestmark = pytest.mark.integration
@@ -35,13 +33,8 @@ UPDATE users SET timeline_floor = (SELECT id FROM posts WHERE body = 'at') WHERE
 
 @pytest.fixture
 def url(infra: Infra) -> Iterator[str]:
-    name = unique("walfeed_m")
-    with psycopg.connect(infra.pg_admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield infra.db_url(name)
-    finally:
-        drop_database(infra, name)
+    with migrated.empty_database(infra) as url:
+        yield url
 
 
 def test_the_missing_own_rows_are_written_once_at_or_above_the_floor(url: str) -> None:

@@ -62,14 +62,20 @@ def _streams(stack: Stack) -> int:
                           if line.startswith("walfeed_api_mastodon_streams "))))
 
 
-def test_stream_user_receives_updates_notifications_and_deletes(stack: Stack, signup: SignUp) -> None:
+def _reader_streaming(stack: Stack, signup: SignUp) -> tuple[Mastodon, Mastodon, Recorder, Any]:
+    """A reader following an author, logged in through Mastodon.py, with their user stream open."""
     signup("reader"), signup("author")
     reader, author = _login(stack, "reader"), _login(stack, "author")
     reader.account_follow(reader.account_lookup("author")["id"])
     heard = Recorder()
     handle = reader.stream_user(heard, run_async=True, reconnect_async=False)
+    eventually(lambda: heard.heartbeats > 0, timeout=30, what="the stream open (a heartbeat)")
+    return reader, author, heard, handle
+
+
+def test_stream_user_receives_updates_notifications_and_deletes(stack: Stack, signup: SignUp) -> None:
+    reader, author, heard, handle = _reader_streaming(stack, signup)
     try:
-        eventually(lambda: heard.heartbeats > 0, timeout=30, what="the stream open (a heartbeat)")
         posted = author.status_post("live @reader")
         updates = eventually(lambda: heard.events("update"), timeout=30, what="the update")
         assert [(u["id"], u["account"]["username"], u["content"]) for u in updates] == [
@@ -90,13 +96,8 @@ def test_stream_user_receives_updates_notifications_and_deletes(stack: Stack, si
 def test_a_revoked_token_ends_the_stream_it_opened(stack: Stack, signup: SignUp) -> None:
     """As Mastodon's streaming server does on a revocation: the stream stops, it does not go on with the victim's
     home timeline (the client, whose token no longer works, cannot open another)."""
-    signup("reader"), signup("author")
-    reader, author = _login(stack, "reader"), _login(stack, "author")
-    reader.account_follow(reader.account_lookup("author")["id"])
-    heard = Recorder()
-    handle = reader.stream_user(heard, run_async=True, reconnect_async=False)
+    reader, author, heard, handle = _reader_streaming(stack, signup)
     try:
-        eventually(lambda: heard.heartbeats > 0, timeout=30, what="the stream open (a heartbeat)")
         reader.revoke_access_token()
         eventually(lambda: not handle.is_receiving(), timeout=10, what="the stream ended by the revocation")
         author.status_post("after the revocation")

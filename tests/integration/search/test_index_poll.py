@@ -94,19 +94,24 @@ def test_a_saved_index_is_loaded_at_start_and_polled_from_its_position(database_
     asyncio.run(_saved(database_url, str(tmp_path)))
 
 
+async def _save_once(database_url: str, pool: api_db.Pool, directory: str) -> None:
+    """An index built and saved into `directory`, its process stopped."""
+    builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
+    task = asyncio.create_task(builder.run(database_url, pool, 0.05))
+    for _ in range(200):
+        if os.listdir(directory):
+            break
+        await asyncio.sleep(0.05)  # polled until the file is there
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def _saved(database_url: str, directory: str) -> None:
     pool = await _opened(database_url)
     first = _seed(database_url)
     try:
-        builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
-        task = asyncio.create_task(builder.run(database_url, pool, 0.05))
-        for _ in range(200):
-            if os.listdir(directory):
-                break
-            await asyncio.sleep(0.05)  # polled until the file is there
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _save_once(database_url, pool, directory)
         saved = os.listdir(directory)
         assert len(saved) == 1 and saved[0].startswith(f"{MODEL}-") and saved[0].endswith(".usearch")
         with psycopg.connect(database_url, autocommit=True) as conn:
@@ -139,15 +144,7 @@ async def _of_another_database(database_url: str, directory: str) -> None:
     pool = await _opened(database_url)
     _seed(database_url)
     try:
-        builder = SearchIndex(MODEL, lambda: 4, CollectorRegistry(), directory, save_every=3600)
-        task = asyncio.create_task(builder.run(database_url, pool, 0.05))
-        for _ in range(200):
-            if os.listdir(directory):
-                break
-            await asyncio.sleep(0.05)  # polled until the file is there
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _save_once(database_url, pool, directory)
         (saved,) = os.listdir(directory)
         model, _database, xmin, suffix = saved.split(".")
         os.rename(os.path.join(directory, saved), os.path.join(directory, f"{model}.1-1.{xmin}.{suffix}"))
