@@ -84,6 +84,9 @@ def split(body: bytes, headers: Mapping[str, object] | None) -> list[Message]:
             for b, c in zip(bodies, contexts, strict=True)]
 
 
+_SHORT_STRING = 255  # bytes of an AMQP short string (message_id)
+
+
 def part_properties(group: pika.BasicProperties, message: Message) -> pika.BasicProperties:
     """The properties of a group's event as a message of its own (docs/events.md): its id and time, read from its
     body (the group's where it has none), the group's type, and its own headers."""
@@ -93,7 +96,10 @@ def part_properties(group: pika.BasicProperties, message: Message) -> pika.Basic
         timestamp = events.epoch_seconds(occurred) if occurred.tzinfo is not None else group.timestamp
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):  # judged malformed alone
         found, timestamp = None, group.timestamp
+    if not isinstance(found, str) or len(found.encode("utf-8", "surrogatepass")) > _SHORT_STRING:
+        found = group.message_id  # an AMQP short string: a longer id could not be published again (a dead letter)
+    if not isinstance(timestamp, int) or not 0 <= timestamp < 2**64:
+        timestamp = group.timestamp  # an unsigned 64-bit field: a time before 1970 could not be either
     return pika.BasicProperties(
-        message_id=found if isinstance(found, str) else group.message_id, type=group.type,
-        content_type=events.CONTENT_TYPE, timestamp=timestamp, delivery_mode=pika.DeliveryMode.Persistent,
-        headers=dict(message.headers) if message.headers else None)
+        message_id=found, type=group.type, content_type=events.CONTENT_TYPE, timestamp=timestamp,
+        delivery_mode=pika.DeliveryMode.Persistent, headers=dict(message.headers) if message.headers else None)

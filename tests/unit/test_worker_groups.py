@@ -61,3 +61,20 @@ def test_an_events_own_properties_carry_its_id_and_time_and_the_groups_type() ->
     [odd] = messages.split(b"[42]", None)
     assert (messages.part_properties(group, odd).message_id, messages.part_properties(group, odd).timestamp) == (
         "first", 1_700_000_000)  # no id or time of its own: the group's
+
+
+@pytest.mark.parametrize(("element", "message_id", "timestamp"), [
+    (b'{"id": "' + b"x" * 300 + b'", "occurred_at": "2026-01-01T00:00:00Z"}', "first", 1_767_225_600),
+    (b'{"id": "e", "occurred_at": "1969-12-31T23:59:59Z"}', "e", 1_700_000_000),
+    (b'{"id": "' + "\u00e9".encode() * 128 + b'", "occurred_at": "x"}', "first", 1_700_000_000)])
+def test_a_foreign_events_properties_can_always_be_published_again(element: bytes, message_id: str,
+                                                                   timestamp: int) -> None:
+    """A group from a publisher that is not walfeed's: an id longer than an AMQP short string (255 bytes), or a time
+    before 1970, would make its retry copy or dead letter unpublishable (and the delivery come back for ever): the
+    group's values stand in."""
+    group = pika.BasicProperties(message_id="first", type=ev.POST_CREATED, timestamp=1_700_000_000,
+                                 content_type=ev.GROUP_CONTENT_TYPE, delivery_mode=2)
+    [message] = messages.split(b"[" + element + b"]", None)
+    props = messages.part_properties(group, message)
+    assert (props.message_id, props.timestamp) == (message_id, timestamp)
+    props.encode()  # what publishing it does: no ShortStringTooLong, no struct.error
