@@ -11,6 +11,7 @@ a one-line message and exit code 2.
 from __future__ import annotations
 
 import builtins
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
 _VARIABLE = re.compile(r"WALFEED_[A-Z0-9_]{1,100}")  # a credential's file name: never a path
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: not 1_000, not a digit of another script
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # and never nan or inf
 
 # A bind address: an IPv4/IPv6 address or a host name (no scheme, no port).
 BIND_ADDRESS = re.compile(r"^[A-Za-z0-9.:\-]{1,253}$")
@@ -106,9 +109,15 @@ class Env:
         raw = self._get(name)
         if raw is None or raw.strip() == "":
             return default
+        text = raw.strip(" \t\r\n")  # ASCII blanks only: str.strip would take a no-break space too
+        pattern = _INTEGER if kind is int else _NUMBER
         try:
-            value = kind(raw.strip())
-        except ValueError:
+            if not pattern.fullmatch(text):
+                raise ValueError(text)
+            value = kind(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+        except (ValueError, OverflowError):  # 1_000, a digit of another script, nan, inf, 1e999
             raise SettingsError(f"{name}={raw!r} is invalid: expected {'an integer' if kind is int else 'a number'}"
                                 ) from None
         if value < minimum or (maximum is not None and value > maximum):

@@ -47,7 +47,7 @@ HOST_WINDOW: Final = Float("WALFEED_DELIVERY_HOST_WINDOW", 60.0,
                            maximum=86_400.0)
 DISABLE_AFTER: Final = Float("WALFEED_DELIVERY_DISABLE_AFTER", 432_000.0,
                              "seconds (5 days) a webhook may fail without a success before it is disabled",
-                             minimum=1.0)
+                             minimum=1.0, maximum=31_536_000.0)
 CONNECT_TIMEOUT: Final = Float("WALFEED_DELIVERY_CONNECT_TIMEOUT", 5.0,
                                "seconds to connect to a receiver or an SMTP server", minimum=0.01, maximum=600.0)
 TIMEOUT: Final = Float(

@@ -43,6 +43,21 @@ def test_invalid_values_name_the_variable(var: str, value: str) -> None:
         Settings.from_env({var: value})
 
 
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "1e999", "1_000", "\u0663", "\xa08", "0x10", "1 000"])
+def test_a_number_is_ascii_digits_and_finite(raw: str) -> None:
+    """`nan` passes every bound (nan < minimum and nan > maximum are both false), `inf` overflows a timedelta at run
+    time, and int() or float() alone take digit separators and other scripts' digits."""
+    for read in (lambda: Env({"X": raw}).float("X", 1.0, 0.1, 300.0), lambda: Env({"X": raw}).int("X", 1, 0, 10**6)):
+        with pytest.raises(SettingsError, match="X="):
+            read()
+
+
+def test_numbers_in_the_usual_forms_still_read() -> None:
+    assert [Env({"X": raw}).float("X", 1.0, 0.0, None) for raw in ("2.5", " 3 ", "+1", ".5", "5.", "1e3")] == [
+        2.5, 3.0, 1.0, 0.5, 5.0, 1000.0]
+    assert Env({"X": "+42"}).int("X", 1, 0, None) == 42
+
+
 @pytest.mark.parametrize(("raw", "value"), [("", True), ("true", True), (" ON ", True), ("1", True), ("yes", True),
                                             ("false", False), ("Off", False), ("0", False), ("no", False)])
 def test_flags(raw: str, value: bool) -> None:
