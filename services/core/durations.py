@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Final
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_PART: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_PART: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 FORM: Final = "a number with a unit s, m, h, d or w, e.g. 90s, 15m, 6h, 7d, 1d12h, or 0"
 
 
@@ -22,7 +22,10 @@ def parse(text: str) -> timedelta:
     parts = _PART.findall(value)
     if not parts or "".join(n + u for n, u in parts) != value:
         raise DurationError(f"{text!r} is not a duration: expected {FORM}")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    try:
+        return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    except OverflowError:  # past timedelta's 999,999,999 days
+        raise DurationError(f"{text!r} is longer than any duration walfeed can wait") from None
 
 
 def render(delta: timedelta) -> str:
