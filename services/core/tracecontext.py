@@ -68,13 +68,14 @@ def from_column(text: object) -> TraceParent | None:
     keys, as Debezium's writers add them, are skipped), or a bare traceparent. None when there is none valid."""
     if not isinstance(text, str) or not text:
         return None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and line[0] not in "#!"]
+    for line in lines:
         key, sep, value = _split(line)
         if not sep:
-            return parse(line)  # a bare traceparent
+            if len(lines) == 1:
+                return parse(line)  # a bare traceparent, the text's only line
+            continue  # a key without a value, as Properties reads it
         if key == COLUMN_KEY:
             return parse(value)
     return None

@@ -61,6 +61,8 @@ def test_the_outbox_column_round_trips(trace_id: str, span_id: str, flags: int) 
     (f"tracestate=vendor=x\ntraceparent : {VALID}", VALID),
     (f"! a comment\ntraceparent {VALID}", VALID),
     (VALID, VALID),  # a bare traceparent
+    (f"foo\ntraceparent={VALID}", VALID),  # `foo`: a key without a value, skipped as Properties skips it
+    (f"{VALID}\nfoo=bar", None),  # a bare traceparent is a text's only line
     ("tracestate=vendor=x", None), ("traceparent=nonsense", None), ("", None), (None, None), (42, None),
 ])
 def test_the_column_is_read_as_debezium_writes_it(column: object, expected: str | None) -> None:
