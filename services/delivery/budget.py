@@ -51,7 +51,7 @@ def host_of(delivery: Delivery) -> str | None:
         host = urlsplit(delivery.url or "").hostname
     except ValueError:
         return None
-    return ssrf.host_key(host) or None if host else None
+    return (ssrf.host_key(host) or None) if host else None
 
 
 def count(hosts: Sequence[str | None]) -> dict[str, int]:
